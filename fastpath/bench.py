@@ -1,0 +1,180 @@
+"""``python -m fastpath.bench``: single-process datapath throughput.
+
+Each scenario builds a Router from config text, a batch of packets, then
+times ``Router.process`` over the batch repeatedly (the batch's bytes are
+restored before each pass, outside the timed region).  Results are medians
+over runs, with min-max, in Mpps and ns/packet.
+
+The multi-worker refcount/noref comparison of the seeds is built on top of
+this (see the issues tracker); until the per-core route caches exist, the
+``--mode`` flag selects the Router mode and both modes run the same kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from . import Batch, Router
+
+
+def _ipv6_forward_scenario(n_routes: int, batch: int, flows: int, rng):
+    lines = ["ip -6 addr add 2001:db8:1::1/64 dev eth0",
+             "ip -6 addr add 2001:db8:2::1/64 dev eth1"]
+    prefixes = []
+    for k in range(n_routes):
+        net = ipaddress.IPv6Network((0x2400_0000 << 96 | k << 80, 48))
+        prefixes.append(net)
+        lines.append(f"ip -6 route add {net} via 2001:db8:2::2 dev eth1")
+    dsts = [prefixes[int(i)].network_address + 1 for i in rng.integers(0, n_routes, flows)]
+    pkts = []
+    for i in range(batch):
+        d = dsts[i % flows]
+        hdr = bytes([0x60, 0, 0, 0, 0, 8, 17, 64]) + \
+            ipaddress.IPv6Address("2001:db8:1::2").packed + d.packed
+        pkts.append(hdr + bytes([0x12, 0x34, 0x56, 0x78, 0, 8, 0, 0]))
+    return "\n".join(lines), pkts, "eth0"
+
+
+def _ipv4_forward_scenario(n_routes: int, batch: int, flows: int, rng):
+    lines = ["ip addr add 10.0.1.1/24 dev eth0", "ip addr add 10.0.2.1/24 dev eth1"]
+    nets = []
+    for k in range(n_routes):
+        net = ipaddress.IPv4Network(((20 << 24) + (k << 8), 24))
+        nets.append(net)
+        lines.append(f"ip route add {net} via 10.0.2.2 dev eth1")
+    pkts = []
+    for i in rng.integers(0, n_routes, batch):
+        d = nets[int(i) % len(nets)].network_address + 1
+        hdr = bytearray([0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]) + \
+            ipaddress.IPv4Address("10.0.1.2").packed + d.packed
+        s = sum(int.from_bytes(hdr[j:j + 2], "big") for j in range(0, 20, 2))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        hdr[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+        pkts.append(bytes(hdr) + bytes([0x12, 0x34, 0x56, 0x78, 0, 8, 0, 0]))
+    return "\n".join(lines), pkts, "eth0"
+
+
+def _ipv6_noroute_scenario(n_routes: int, batch: int, flows: int, rng):
+    cfg, pkts, iif = _ipv6_forward_scenario(1, batch, 1, rng)
+    out = []
+    for p in pkts:
+        out.append(p[:24] + ipaddress.IPv6Address("2001:db8:99::1").packed + p[40:])
+    return cfg, out, iif
+
+
+SCENARIOS = {
+    "ipv6-forward": ("IPv6 forward, /48 routes, 64-byte UDP", _ipv6_forward_scenario),
+    "ipv4-forward": ("IPv4 forward, /24 routes, 36-byte UDP", _ipv4_forward_scenario),
+    "ipv6-noroute": ("IPv6 no route: ICMPv6 unreachable built", _ipv6_noroute_scenario),
+}
+
+
+def machine_description() -> str:
+    model = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}")
+
+
+def run_scenario(name, mode, fib_size, batch_size, flows, duration, runs, seed=1):
+    desc, build = SCENARIOS[name]
+    rng = np.random.default_rng(seed)
+    cfg, pkts, iif = build(fib_size, batch_size, flows, rng)
+    r = Router(mode=mode)
+    r.configure(cfg)
+    b = Batch.from_packets(pkts, iif=iif)
+    r.process(b)                      # resolve names, warm up
+    pristine = Batch.from_packets(pkts, iif=iif)
+    r.process(pristine.copy())
+    saved = (pristine.data.copy(), pristine.start.copy(), pristine.length.copy())
+    results = []
+    for _ in range(runs):
+        npk = 0
+        elapsed = 0.0
+        t_end = time.perf_counter() + duration
+        while time.perf_counter() < t_end:
+            b.data[...] = saved[0]
+            b.start[...] = saved[1]
+            b.length[...] = saved[2]
+            t0 = time.perf_counter_ns()
+            r.process(b)
+            elapsed += (time.perf_counter_ns() - t0) * 1e-9
+            npk += len(b)
+        results.append(npk / elapsed / 1e6)
+    verdicts = {v: int((b.verdict == i).sum()) for i, v in enumerate(("pending", "forward", "local", "drop", "icmp"))}
+    return {"scenario": name, "description": desc, "mode": mode, "fib_size": fib_size,
+            "batch": batch_size, "runs_mpps": results, "median_mpps": statistics.median(results),
+            "min_mpps": min(results), "max_mpps": max(results),
+            "verdicts": {k: v for k, v in verdicts.items() if v}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fastpath.bench",
+                                 description="Measure fastpath's single-process datapath throughput.")
+    ap.add_argument("--mode", default="noref", choices=["noref", "refcount", "both"])
+    ap.add_argument("--scenario", default="all",
+                    help=f"comma-separated list of {','.join(SCENARIOS)} or 'all'")
+    ap.add_argument("--fib-size", type=int, default=1000)
+    ap.add_argument("--flows", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--duration", type=float, default=1.0, help="seconds per run")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", metavar="PATH")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
+    bad = [n for n in names if n not in SCENARIOS]
+    if bad:
+        print(f"fastpath.bench: unknown scenario {bad[0]!r} (choose from {', '.join(SCENARIOS)})",
+              file=sys.stderr)
+        return 2
+    for flag, val, lo in (("--fib-size", args.fib_size, 1), ("--batch", args.batch, 1),
+                          ("--flows", args.flows, 1), ("--runs", args.runs, 1)):
+        if val < lo:
+            print(f"fastpath.bench: {flag} must be at least {lo}", file=sys.stderr)
+            return 2
+    if args.duration <= 0:
+        print("fastpath.bench: --duration must be positive", file=sys.stderr)
+        return 2
+    modes = ["refcount", "noref"] if args.mode == "both" else [args.mode]
+    print(f"# {machine_description()}")
+    print(f"# batch {args.batch}, FIB {args.fib_size} routes, {args.flows} flows, "
+          f"{args.runs} runs x {args.duration:g} s, single process, medians (min-max)")
+    rows = []
+    hdr = f"{'scenario':<14} {'mode':<9} {'Mpps':>8} {'ns/pkt':>8}  {'min-max Mpps':<15} verdicts"
+    print(hdr)
+    print("-" * len(hdr))
+    for name in names:
+        for mode in modes:
+            res = run_scenario(name, mode, args.fib_size, args.batch, args.flows,
+                               args.duration, args.runs)
+            rows.append(res)
+            print(f"{name:<14} {mode:<9} {res['median_mpps']:8.2f} {1e3 / res['median_mpps']:8.1f}  "
+                  f"{res['min_mpps']:.2f}-{res['max_mpps']:.2f}{'':<5} "
+                  + ", ".join(f"{k} {v}" for k, v in res["verdicts"].items()), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_description(), "args": vars(args), "results": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

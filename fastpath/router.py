@@ -1,0 +1,128 @@
+"""The Router: one single-process datapath and its configuration.
+
+    r = fastpath.Router()                 # mode="noref" (default) or "refcount"
+    r.configure(text)                     # iproute2 / sysctl lines; ConfigError
+    b = fastpath.Batch.from_packets(pkts, iif="tun0")
+    r.process(b)                          # in place
+    for res in b.results(): ...
+
+``configure`` is all or nothing: the new configuration is parsed and compiled
+completely before it replaces the running one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _datapath
+from .batch import LINKTYPES, Batch
+from .config import ConfigError, State
+from .reasons import REASON_NAMES
+from .tables import RESERVED_DSTS, RTN_NAMES, compile_tables
+
+MODES = ("noref", "refcount")
+
+
+class Router:
+    """A userspace model of one Linux router's SRv6/IPv6/IPv4 datapath."""
+
+    def __init__(self, mode: str = "noref"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.mode = mode
+        self.state = State()
+        self._dp = _datapath.Datapath()
+        self._tables = compile_tables(self.state)
+        self._load()
+
+    # ------------------------------------------------------------------
+    # configuration
+    @classmethod
+    def from_file(cls, path, mode: str = "noref") -> "Router":
+        r = cls(mode=mode)
+        with open(path, encoding="utf-8") as f:
+            r.configure(f.read())
+        return r
+
+    def configure(self, text: str) -> "Router":
+        """Apply iproute2/sysctl lines (see README); raises ConfigError and
+        changes nothing if any line is wrong."""
+        new = self.state.apply(text)
+        _check_gateways(new)
+        # compile into a fresh set of tables first, so a failure leaves the
+        # running tables untouched; then swap
+        self._tables = compile_tables(new, self._tables)
+        self.state = new
+        self._load()
+        return self
+
+    def _load(self):
+        s = self.state
+        self._dp.load(*self._tables.arrays(), lo_ifindex=self._tables.ifindex.get("lo", 1),
+                      fwd6=bool(s.sysctl("net.ipv6.conf.all.forwarding")),
+                      ip_default_ttl=s.sysctl("net.ipv4.ip_default_ttl"),
+                      hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"))
+
+    def dump(self) -> str:
+        """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
+        return self.state.dump()
+
+    @property
+    def interfaces(self):
+        return dict(self.state.interfaces)
+
+    # ------------------------------------------------------------------
+    # datapath
+    def process(self, batch: Batch) -> Batch:
+        """Run every packet of ``batch`` through the datapath, in place."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"process() takes a fastpath.Batch, not {type(batch).__name__}")
+        t = self._tables
+        if batch.iif_names is not None:
+            try:
+                batch.iif[:] = [t.ifindex[n] for n in batch.iif_names]
+            except KeyError as e:
+                raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
+            batch.iif_names = None
+        batch.ifnames = dict(t.ifnames)
+        batch.fragments.clear()
+        self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
+                         batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
+                         LINKTYPES[batch.linktype])
+        return batch
+
+    def counters(self) -> dict:
+        """Per-reason packet counts since the last reset, and per-route
+        entries' statistics."""
+        counts = self._dp.reason_counts()
+        reasons = {REASON_NAMES[i]: int(c) for i, c in enumerate(counts) if c}
+        return {"reasons": reasons, "routes": {}}
+
+    def reset_counters(self):
+        self._dp.reset_counters()
+
+    def routes(self):
+        """The installed FIB entries: [(family, table, prefix, type, dst id)]."""
+        out = []
+        for (fam, table, net), e in sorted(self._tables.entries.items(),
+                                           key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+            out.append((fam, table, net, e.route.type, e.dst))
+        return out
+
+    def describe_dst(self, dst: int) -> str:
+        if dst in RESERVED_DSTS:
+            return RESERVED_DSTS[dst][0]
+        r = self._tables.dst_routes.get(dst)
+        if r is None:
+            return f"dst {dst} (none)"
+        return f"{RTN_NAMES[int(self._tables.dsts[dst]['type'])]} {r.prefix} table {r.table}"
+
+
+def _check_gateways(state):
+    """The kernel refuses a gateway that no connected route reaches
+    ("Nexthop has invalid gateway"); do the same before compiling."""
+    from .tables import _best_routes, _resolve_dev
+    for key, r in state.routes.items():
+        for nh in r.nexthops:
+            if nh.gw is not None and nh.dev is None and _resolve_dev(state, nh.gw) is None:
+                raise ConfigError(f"route {r.prefix}: gateway {nh.gw} is not reachable from any "
+                                  "interface (Nexthop has invalid gateway)")

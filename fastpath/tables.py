@@ -1,0 +1,343 @@
+"""The shared tables: what the control plane (``config.State``) compiles into
+for the compiled datapath.
+
+Records are fixed-size numpy arrays whose layouts mirror the C structs of
+``pyx/fp.pxd`` (``tests/test_tables.py`` checks the sizes): route entries
+(``dsts``, one 64-byte cache line each), nexthops, devices (indexed by
+ifindex), local addresses, neighbours and policy rules; one ``Lpm`` per
+(family, table).  Route entries are updated incrementally: a route that did
+not change keeps its entry (and its counters), LPMs get only the prefixes
+that changed.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .lpm import Lpm
+
+# reserved route entries, as fp.pxd DST_*
+DST_IP6_NULL, DST_IP6_BLACKHOLE, DST_IP6_PROHIBIT = 0, 1, 2
+DST_IP4_NOROUTE, DST_IP4_BLACKHOLE, DST_IP4_PROHIBIT, DST_IP4_UNREACHABLE = 3, 4, 5, 6
+DST_FIRST_ROUTE = 8
+RESERVED_DSTS = {
+    DST_IP6_NULL: ("ip6_null_entry", 6, "unreachable"),
+    DST_IP6_BLACKHOLE: ("ip6_blk_hole_entry", 6, "blackhole"),
+    DST_IP6_PROHIBIT: ("ip6_prohibit_entry", 6, "prohibit"),
+    DST_IP4_NOROUTE: ("ip4 no route (ENETUNREACH)", 4, "unreachable"),
+    DST_IP4_BLACKHOLE: ("ip4 blackhole rule", 4, "blackhole"),
+    DST_IP4_PROHIBIT: ("ip4 prohibit rule", 4, "prohibit"),
+    DST_IP4_UNREACHABLE: ("ip4 unreachable rule (EHOSTUNREACH)", 4, "unreachable"),
+}
+
+RTN = {"unspec": 0, "unicast": 1, "local": 2, "broadcast": 3, "anycast": 4, "multicast": 5,
+       "blackhole": 6, "unreachable": 7, "prohibit": 8, "throw": 9}
+RTN_NAMES = {v: k for k, v in RTN.items()}
+FR_ACT = {"lookup": 1, "blackhole": 6, "unreachable": 7, "prohibit": 8}
+
+DSTF_DEAD, DSTF_GATEWAY, DSTF_SHARED = 1, 2, 4
+DEVF_UP, DEVF_FWD6, DEVF_FWD4, DEVF_SEG6, DEVF_LOOPBACK = 1, 2, 4, 8, 16
+NHF_GATEWAY, NHF_DEAD = 1, 2
+ENCAP_NONE, ENCAP_SEG6LOCAL, ENCAP_SEG6 = 0, 1, 2
+
+
+def _rec(fields, itemsize):
+    names, formats, offsets = zip(*fields)
+    return np.dtype({"names": list(names), "formats": list(formats),
+                     "offsets": list(offsets), "itemsize": itemsize})
+
+
+DST_DTYPE = _rec([
+    ("refcnt", "<i4", 0), ("gen", "<u4", 4), ("type", "u1", 8), ("family", "u1", 9),
+    ("flags", "u1", 10), ("nh_count", "u1", 11), ("nh_first", "<u4", 12),
+    ("table", "<u4", 16), ("encap", "<u4", 20), ("encap_type", "u1", 24),
+    ("hoplimit", "u1", 25), ("mtu", "<u4", 28), ("metric", "<u4", 32),
+    ("prefsrc", "16u1", 36), ("use", "<u8", 56)], 64)
+NH_DTYPE = _rec([
+    ("gw", "16u1", 0), ("oif", "<u4", 16), ("upper_bound", "<i4", 20),
+    ("weight", "<u4", 24), ("flags", "u1", 28), ("family", "u1", 29)], 32)
+DEV_DTYPE = _rec([
+    ("ifindex", "<u4", 0), ("mtu", "<u4", 4), ("flags", "u1", 8),
+    ("seg6_require_hmac", "i1", 9), ("hop_limit", "u1", 10), ("vlan_set", "u1", 11),
+    ("mac", "6u1", 12), ("vlan_tci", "<u2", 18)], 32)
+ADDR_DTYPE = _rec([
+    ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("plen", "u1", 20),
+    ("family", "u1", 21), ("scope", "u1", 22), ("label", "u1", 23)], 32)
+RULE_DTYPE = _rec([
+    ("pref", "<u4", 0), ("table", "<u4", 4), ("action", "u1", 8), ("src_len", "u1", 9),
+    ("dst_len", "u1", 10), ("has_iif", "u1", 11), ("iif", "<u4", 12),
+    ("src", "16u1", 16), ("dst", "16u1", 32), ("slot", "<i4", 48)], 64)
+NEIGH_DTYPE = _rec([
+    ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("family", "u1", 20), ("mac", "6u1", 21)], 32)
+
+
+def addr16(addr) -> np.ndarray:
+    """An address as the 16 bytes the records hold (IPv4 in bytes 0..3)."""
+    b = ipaddress.ip_address(addr).packed
+    return np.frombuffer(b.ljust(16, b"\0"), dtype=np.uint8)
+
+
+def _raw(records: np.ndarray) -> np.ndarray:
+    """The uint8 view the compiled kernel takes (one row per record)."""
+    return records.view(np.uint8).reshape(len(records), records.dtype.itemsize)
+
+
+def _upper_bounds(weights):
+    """fib_rebalance / rt6_upper_bound_set: hash-threshold bounds."""
+    total = sum(weights)
+    out, w = [], 0
+    for wt in weights:
+        w += wt
+        out.append(((w << 31) + total // 2) // total - 1)
+    return out
+
+
+@dataclass
+class _Entry:
+    """One installed FIB entry: the best usable route of a (family, table, prefix)."""
+    dst: int
+    route: object
+    sig: tuple
+
+
+@dataclass
+class Tables:
+    """Compiled tables and the incremental state needed to update them."""
+    dsts: np.ndarray = None
+    nhs: np.ndarray = None
+    devs: np.ndarray = None
+    addrs: np.ndarray = None
+    neighs: np.ndarray = None
+    rules: dict = field(default_factory=dict)        # family -> RULE_DTYPE array
+    lpms: dict = field(default_factory=dict)         # (family, table) -> Lpm
+    slots: dict = field(default_factory=dict)        # family -> [table ids by slot]
+    entries: dict = field(default_factory=dict)      # (family, table, network) -> _Entry
+    free_dsts: list = field(default_factory=list)
+    ifnames: dict = field(default_factory=dict)      # ifindex -> name
+    ifindex: dict = field(default_factory=dict)      # name -> ifindex
+    dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
+
+    def __post_init__(self):
+        if self.dsts is None:
+            self.dsts = np.zeros(64, dtype=DST_DTYPE)
+            for i, (_, fam, typ) in RESERVED_DSTS.items():
+                self.dsts[i]["type"] = RTN[typ]
+                self.dsts[i]["family"] = fam
+                self.dsts[i]["flags"] = DSTF_SHARED
+                self.dsts[i]["refcnt"] = 1
+            self.free_dsts = list(range(len(self.dsts) - 1, DST_FIRST_ROUTE - 1, -1))
+            self.nhs = np.zeros(1, dtype=NH_DTYPE)
+
+    # ------------------------------------------------------------------
+    def _alloc_dst(self) -> int:
+        if not self.free_dsts:
+            old = len(self.dsts)
+            self.dsts = np.concatenate([self.dsts, np.zeros(old, dtype=DST_DTYPE)])
+            self.free_dsts = list(range(2 * old - 1, old - 1, -1))
+        return self.free_dsts.pop()
+
+    def arrays(self):
+        """Arguments of ``Datapath.load`` (the raw uint8 views)."""
+        lpm6 = [(self.lpms[(6, t)].tbl24, self.lpms[(6, t)].groups) for t in self.slots.get(6, [])]
+        lpm4 = [(self.lpms[(4, t)].tbl24, self.lpms[(4, t)].groups) for t in self.slots.get(4, [])]
+        return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
+                _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4)
+
+
+def _usable(route, state) -> bool:
+    """A route whose every nexthop device is down is skipped by the lookup
+    (the kernel removes or marks such routes RTNH_F_DEAD|LINKDOWN)."""
+    devs = [nh.dev for nh in route.nexthops if nh.dev]
+    if not devs:
+        return True
+    return any(state.interfaces[d].up for d in devs if d in state.interfaces)
+
+
+def _resolve_dev(state, gw):
+    """The device of a gateway given without ``dev``: the interface whose
+    connected prefix contains it (as the kernel's nexthop validation)."""
+    for itf in state.interfaces.values():
+        for a in itf.addrs:
+            if a.version == gw.version and gw in a.network and itf.up:
+                return itf.name
+    return None
+
+
+def _best_routes(state):
+    """(family, table, network) -> the route the lookup returns: the lowest
+    metric among the usable routes of that prefix."""
+    best = {}
+    for key, r in state.routes.items():
+        if not _usable(r, state):
+            continue
+        k = (r.family, r.table, r.prefix)
+        cur = best.get(k)
+        if cur is None or r.metric < cur.metric:
+            best[k] = r
+    return best
+
+
+def _route_sig(r, state):
+    """Everything of a route that its compiled entry depends on."""
+    nhs = []
+    for nh in r.nexthops:
+        dev = nh.dev or (_resolve_dev(state, nh.gw) if nh.gw is not None else None)
+        nhs.append((str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
+                    state.interfaces[dev].ifindex if dev in state.interfaces else 0))
+    return (r.type, r.metric, tuple(nhs), repr(r.encap), str(r.src) if r.src else None,
+            r.mtu, r.hoplimit)
+
+
+def compile_tables(state, old: Tables | None = None) -> Tables:
+    """Build (or update ``old`` into) the tables for ``state``.  Raises
+    ValueError for a route whose gateway no interface reaches."""
+    t = old if old is not None else Tables()
+    # --- devices -------------------------------------------------------
+    names = list(state.interfaces)
+    maxidx = max(i.ifindex for i in state.interfaces.values())
+    devs = np.zeros(maxidx + 1, dtype=DEV_DTYPE)
+    t.ifnames = {}
+    t.ifindex = {}
+    for itf in state.interfaces.values():
+        d = devs[itf.ifindex]
+        d["ifindex"] = itf.ifindex
+        d["mtu"] = itf.mtu
+        fl = 0
+        if itf.up:
+            fl |= DEVF_UP
+        if state.forwarding(6, itf.name):
+            fl |= DEVF_FWD6
+        if state.forwarding(4, itf.name):
+            fl |= DEVF_FWD4
+        if state.seg6_enabled(itf.name):
+            fl |= DEVF_SEG6
+        if itf.name == "lo":
+            fl |= DEVF_LOOPBACK
+        d["flags"] = fl
+        d["seg6_require_hmac"] = state.sysctl(f"net.ipv6.conf.{itf.name}.seg6_require_hmac")
+        d["hop_limit"] = state.sysctl(f"net.ipv6.conf.{itf.name}.hop_limit")
+        d["mac"] = np.frombuffer(itf.mac, dtype=np.uint8)
+        if getattr(itf, "vlan", None) is not None:
+            d["vlan_set"] = 1
+            d["vlan_tci"] = itf.vlan
+        t.ifnames[itf.ifindex] = itf.name
+        t.ifindex[itf.name] = itf.ifindex
+    t.devs = devs
+    # --- local addresses ----------------------------------------------
+    alist = []
+    for itf in state.interfaces.values():
+        if not itf.up:
+            continue
+        # the kernel keeps each device's addresses newest first within a scope
+        for a in reversed(itf.addrs):
+            alist.append((itf.ifindex, a))
+    addrs = np.zeros(len(alist), dtype=ADDR_DTYPE)
+    for k, (ifindex, a) in enumerate(alist):
+        addrs[k]["addr"] = addr16(a.ip)
+        addrs[k]["ifindex"] = ifindex
+        addrs[k]["plen"] = a.network.prefixlen
+        addrs[k]["family"] = a.version
+        if a.version == 6:
+            ip = a.ip
+            addrs[k]["scope"] = 2 if (ip.is_link_local or ip.is_loopback) else (5 if ip.is_site_local else 14)
+    t.addrs = addrs
+    # --- neighbours -----------------------------------------------------
+    neighs = np.zeros(len(state.neighbours), dtype=NEIGH_DTYPE)
+    for k, ((dev, addr), mac) in enumerate(state.neighbours.items()):
+        neighs[k]["addr"] = addr16(addr)
+        neighs[k]["ifindex"] = state.interfaces[dev].ifindex
+        neighs[k]["family"] = addr.version
+        neighs[k]["mac"] = np.frombuffer(mac, dtype=np.uint8)
+    t.neighs = neighs
+    # --- routes: diff the best route per prefix against what is installed
+    best = _best_routes(state)
+    new_entries = {}
+    nh_rows = []
+    changed = []
+    for k, r in best.items():
+        sig = _route_sig(r, state)
+        cur = t.entries.get(k)
+        if cur is not None and cur.sig == sig:
+            new_entries[k] = _Entry(cur.dst, r, sig)
+        else:
+            new_entries[k] = _Entry(t._alloc_dst() if cur is None else cur.dst, r, sig)
+            changed.append(k)
+    removed = [k for k in t.entries if k not in new_entries]
+    # nexthops are rebuilt whole (they are small); entries keep their ids
+    for k, e in new_entries.items():
+        r = e.route
+        first = len(nh_rows) + 1
+        sig_nhs = e.sig[2]
+        bounds = _upper_bounds([w for (_, _, w, _) in sig_nhs]) if sig_nhs else []
+        for (gw, dev, weight, ifidx), ub in zip(sig_nhs, bounds):
+            if r.type == "unicast" and not ifidx:
+                raise ValueError(f"route {r.prefix}: gateway {gw} is not reachable from any interface"
+                                 " (RTNETLINK answers: Network is unreachable)")
+            nh_rows.append((gw, ifidx, weight, ub))
+        d = t.dsts[e.dst]
+        d["type"] = RTN[r.type]
+        d["family"] = r.family
+        d["table"] = r.table
+        d["metric"] = r.metric
+        d["mtu"] = r.mtu or 0
+        d["hoplimit"] = r.hoplimit or 0
+        d["nh_first"] = first
+        d["nh_count"] = len(sig_nhs)
+        d["prefsrc"] = addr16(r.src) if r.src is not None else 0
+        d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
+        if k in changed:
+            d["use"] = 0
+            d["gen"] += 1
+    nhs = np.zeros(len(nh_rows) + 1, dtype=NH_DTYPE)
+    for k, (gw, ifidx, weight, ub) in enumerate(nh_rows, start=1):
+        nhs[k]["oif"] = ifidx
+        nhs[k]["weight"] = weight
+        nhs[k]["upper_bound"] = ub
+        if gw is not None:
+            g = ipaddress.ip_address(gw)
+            nhs[k]["gw"] = addr16(g)
+            nhs[k]["family"] = g.version
+            nhs[k]["flags"] = NHF_GATEWAY
+    t.nhs = nhs
+    # --- LPMs -------------------------------------------------------------
+    for k in removed:
+        fam, table, net = k
+        lpm = t.lpms.get((fam, table))
+        if lpm is not None:
+            lpm.delete(net)
+        e = t.entries[k]
+        t.dsts[e.dst] = np.zeros(1, dtype=DST_DTYPE)[0]
+        t.free_dsts.append(e.dst)
+    for k in changed:
+        fam, table, net = k
+        lpm = t.lpms.get((fam, table))
+        if lpm is None:
+            lpm = t.lpms[(fam, table)] = Lpm(fam)
+        lpm.add(net, new_entries[k].dst)
+    t.entries = new_entries
+    t.dst_routes = {e.dst: e.route for e in new_entries.values()}
+    # --- rules ------------------------------------------------------------
+    for fam in (6, 4):
+        tables_used = sorted({tb for (f, tb) in t.lpms if f == fam})
+        t.slots[fam] = tables_used
+        slot_of = {tb: s for s, tb in enumerate(tables_used)}
+        rules = state.rules.get(fam, [])
+        arr = np.zeros(len(rules), dtype=RULE_DTYPE)
+        for k, ru in enumerate(rules):
+            arr[k]["pref"] = ru.pref
+            arr[k]["table"] = ru.table or 0
+            arr[k]["action"] = FR_ACT[ru.action]
+            arr[k]["slot"] = slot_of.get(ru.table, -1)
+            if ru.src is not None:
+                arr[k]["src"] = addr16(ru.src.network_address)
+                arr[k]["src_len"] = ru.src.prefixlen
+            if ru.dst is not None:
+                arr[k]["dst"] = addr16(ru.dst.network_address)
+                arr[k]["dst_len"] = ru.dst.prefixlen
+            if ru.iif is not None:
+                arr[k]["has_iif"] = 1
+                arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
+        t.rules[fam] = arr
+    return t

@@ -1,0 +1,212 @@
+# cython: language_level=3
+"""Shared C-level declarations of the fast path: verdicts, drop reasons, the
+fixed-size records of the shared tables, and small byte helpers.
+
+``cimport fp`` from any kernel.  Only constants, structs and ``cdef inline``
+functions live here (no runtime import needed).
+
+The record layouts below are mirrored by numpy structured dtypes in
+``fastpath/tables.py`` (same field offsets, same itemsize); a test compares
+``sizeof`` here with the dtypes there.  Route entries are exactly one cache
+line each so that the shared ones (null entry, input routes) and per-worker
+ones never share a line (see DESIGN.md, "The contention model").
+"""
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int32_t, int64_t
+
+# --- verdicts (fastpath/reasons.py VERDICTS) -------------------------------
+cdef enum:
+    V_PENDING = 0
+    V_FORWARD = 1
+    V_LOCAL = 2
+    V_DROP = 3
+    V_ICMP = 4
+
+# --- drop reasons (fastpath/reasons.py REASONS, same order) -----------------
+cdef enum:
+    R_NONE = 0
+    R_NOT_IP = 1
+    R_TRUNCATED = 2
+    R_IP_HDR_INVALID = 3
+    R_IP_CSUM_ERROR = 4
+    R_SADDR_INVALID = 5
+    R_DADDR_INVALID = 6
+    R_NO_ROUTE = 7
+    R_BLACKHOLE = 8
+    R_UNREACHABLE = 9
+    R_PROHIBIT = 10
+    R_HOP_LIMIT_EXCEEDED = 11
+    R_PKT_TOO_BIG = 12
+    R_FORWARDING_DISABLED = 13
+    R_NOT_SUPPORTED = 14
+    R_MULTICAST = 15
+    R_ICMP_SUPPRESSED = 16
+    R_SOURCE_LINK_LOCAL = 17
+    R_INTERFACE_DOWN = 18
+    R_EXTHDR_INVALID = 19
+    R_SRH_INVALID = 20
+    R_SRH_MISSING = 21
+    R_SRH_SL_ZERO = 22
+    R_ROUTE_DEAD = 23
+    R_NO_HEADROOM = 24
+    R_HBH_OPTION = 25
+    R_COUNT = 26
+
+# --- route types (uapi RTN_*) ----------------------------------------------
+cdef enum:
+    RTN_UNSPEC = 0
+    RTN_UNICAST = 1
+    RTN_LOCAL = 2
+    RTN_BROADCAST = 3
+    RTN_ANYCAST = 4
+    RTN_MULTICAST = 5
+    RTN_BLACKHOLE = 6
+    RTN_UNREACHABLE = 7
+    RTN_PROHIBIT = 8
+    RTN_THROW = 9
+
+# --- rule actions (uapi FR_ACT_*) ------------------------------------------
+cdef enum:
+    FR_ACT_TO_TBL = 1
+    FR_ACT_BLACKHOLE = 6
+    FR_ACT_UNREACHABLE = 7
+    FR_ACT_PROHIBIT = 8
+
+# --- reserved route entries (shared by every worker, as in the kernel) ------
+cdef enum:
+    DST_IP6_NULL = 0        # ip6_null_entry: ENETUNREACH
+    DST_IP6_BLACKHOLE = 1   # ip6_blk_hole_entry (rule action)
+    DST_IP6_PROHIBIT = 2    # ip6_prohibit_entry (rule action)
+    DST_IP4_NOROUTE = 3     # ENETUNREACH
+    DST_IP4_BLACKHOLE = 4
+    DST_IP4_PROHIBIT = 5
+    DST_IP4_UNREACHABLE = 6  # EHOSTUNREACH (unreachable rule, forwarding off)
+    DST_FIRST_ROUTE = 8
+
+# dst.flags
+cdef enum:
+    DSTF_DEAD = 1
+    DSTF_GATEWAY = 2
+    DSTF_SHARED = 4
+
+# dev.flags
+cdef enum:
+    DEVF_UP = 1
+    DEVF_FWD6 = 2
+    DEVF_FWD4 = 4
+    DEVF_SEG6 = 8
+    DEVF_LOOPBACK = 16
+
+# nh.flags
+cdef enum:
+    NHF_GATEWAY = 1
+    NHF_DEAD = 2
+
+# linktypes of a batch
+cdef enum:
+    LINK_RAW = 0
+    LINK_ETHERNET = 1
+
+ctypedef struct fp_dst:          # 64 bytes, one cache line
+    int32_t refcnt               # 0
+    uint32_t gen                 # 4   generation tag (bumped on reuse)
+    uint8_t type                 # 8   RTN_*
+    uint8_t family               # 9   4 or 6
+    uint8_t flags                # 10  DSTF_*
+    uint8_t nh_count             # 11
+    uint32_t nh_first            # 12  index into the nexthop array
+    uint32_t table               # 16
+    uint32_t encap               # 20  index into the encap parameter arrays
+    uint8_t encap_type           # 24  0 none, 1 seg6local, 2 seg6
+    uint8_t hoplimit             # 25  route hoplimit metric (0: device's)
+    uint16_t pad0                # 26
+    uint32_t mtu                 # 28  route mtu metric (0: device's)
+    uint32_t metric              # 32
+    uint8_t prefsrc[16]          # 36  preferred source (IPv4 in bytes 0..3), zero = none
+    uint32_t pad1                # 52
+    uint64_t use                 # 56  dst.__use (statistics)
+
+ctypedef struct fp_nh:           # 32 bytes
+    uint8_t gw[16]               # 0   IPv6 gateway, or IPv4 in bytes 0..3
+    uint32_t oif                 # 16
+    int32_t upper_bound          # 20  hash-threshold bound (fib_rebalance)
+    uint32_t weight              # 24
+    uint8_t flags                # 28  NHF_*
+    uint8_t family               # 29  family of gw
+    uint16_t pad                 # 30
+
+ctypedef struct fp_dev:          # 32 bytes
+    uint32_t ifindex             # 0
+    uint32_t mtu                 # 4
+    uint8_t flags                # 8   DEVF_*
+    int8_t seg6_require_hmac     # 9
+    uint8_t hop_limit            # 10
+    uint8_t vlan_set             # 11  1: egress frames carry vlan_tci
+    uint8_t mac[6]               # 12
+    uint16_t vlan_tci            # 18
+    uint8_t pad[12]              # 20
+
+ctypedef struct fp_addr:         # 32 bytes: one local address
+    uint8_t addr[16]             # 0   IPv4 in bytes 0..3
+    uint32_t ifindex             # 16
+    uint8_t plen                 # 20
+    uint8_t family               # 21
+    uint8_t scope                # 22  IPv6 address scope (2 link, 5 site, 14 global)
+    uint8_t label                # 23  RFC 6724 policy label
+    uint8_t pad[8]               # 24
+
+ctypedef struct fp_rule:         # 64 bytes
+    uint32_t pref                # 0
+    uint32_t table               # 4
+    uint8_t action               # 8   FR_ACT_*
+    uint8_t src_len              # 9
+    uint8_t dst_len              # 10
+    uint8_t has_iif              # 11
+    uint32_t iif                 # 12
+    uint8_t src[16]              # 16
+    uint8_t dst[16]              # 32
+    int32_t slot                 # 48  index of the table's LPM (-1: empty table)
+    uint8_t pad[12]              # 52
+
+ctypedef struct fp_neigh:        # 32 bytes
+    uint8_t addr[16]             # 0   IPv4 in bytes 0..3
+    uint32_t ifindex             # 16
+    uint8_t family               # 20
+    uint8_t mac[6]               # 21
+    uint8_t pad[5]               # 27
+
+ctypedef struct fp_lpm:          # one table's LPM arrays (process-local pointers)
+    const uint32_t* tbl24
+    const uint32_t* groups
+
+
+# --- byte helpers -------------------------------------------------------------
+cdef inline uint16_t rd16(const uint8_t* p) noexcept nogil:
+    return (<uint16_t>p[0] << 8) | p[1]
+
+cdef inline uint32_t rd32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+cdef inline void wr16(uint8_t* p, uint16_t v) noexcept nogil:
+    p[0] = v >> 8
+    p[1] = v & 0xFF
+
+cdef inline void wr32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = (v >> 16) & 0xFF
+    p[2] = (v >> 8) & 0xFF
+    p[3] = v & 0xFF
+
+cdef inline uint32_t csum_add(uint32_t s, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Add bytes to a ones' complement sum (RFC 1071), unfolded."""
+    cdef Py_ssize_t i = 0
+    while i + 1 < n:
+        s += (<uint32_t>p[i] << 8) | p[i + 1]
+        i += 2
+    if i < n:
+        s += <uint32_t>p[i] << 8
+    return s
+
+cdef inline uint16_t csum_fold(uint32_t s) noexcept nogil:
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return <uint16_t>(~s & 0xFFFF)

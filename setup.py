@@ -1,0 +1,63 @@
+"""Build of the compiled fast path.
+
+Every ``pyx/_*.pyx`` becomes an extension module ``fastpath._*``.  Compiler
+directives are set once here for the whole build (as scikit-learn does):
+bounds checking and negative indexing off, C division on.  ``FASTPATH_DEBUG=1``
+turns bounds checking back on (and builds with -O1 -g and assertions) so the
+test suite can catch out-of-bounds accesses.  ``FASTPATH_ONLY=_lpm,_x`` limits
+the build to some modules (developer convenience).
+"""
+import glob
+import os
+import sys
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("FASTPATH_DEBUG", "") not in ("", "0")
+ONLY = [m for m in os.environ.get("FASTPATH_ONLY", "").split(",") if m]
+
+directives = {
+    "language_level": 3,
+    "boundscheck": DEBUG,
+    "wraparound": False,
+    "cdivision": True,
+    "initializedcheck": DEBUG,
+    "nonecheck": False,
+    "embedsignature": True,
+}
+
+if DEBUG:
+    cflags = ["-O1", "-g", "-UNDEBUG", "-DFASTPATH_DEBUG=1"]
+else:
+    cflags = ["-O3", "-DNDEBUG"]
+cflags += ["-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
+if os.environ.get("FASTPATH_NATIVE", "") not in ("", "0"):
+    cflags.append("-march=native")
+
+extensions = []
+for path in sorted(glob.glob(os.path.join("pyx", "_*.pyx"))):
+    mod = os.path.splitext(os.path.basename(path))[0]
+    if ONLY and mod not in ONLY:
+        continue
+    extensions.append(
+        Extension(
+            "fastpath." + mod,
+            [path],
+            include_dirs=[numpy.get_include(), "pyx"],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+            extra_compile_args=cflags,
+        )
+    )
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        include_path=["pyx"],
+        compiler_directives=directives,
+        # a debug build must never reuse C files generated without checks
+        force=DEBUG or "--force" in sys.argv,
+        nthreads=int(os.environ.get("FASTPATH_JOBS", "2")),
+    ),
+)
