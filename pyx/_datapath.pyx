@@ -771,13 +771,22 @@ cdef void ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         if in6_is_linklocal(ip6 + 8):
             icmp6_send(c, p, ICMP6_DEST_UNREACH, ICMP6_NOT_NEIGHBOUR, 0, R_SOURCE_LINK_LOCAL)
             return
-    mtu = d.mtu if d.mtu else odev.mtu
+    # ip6_dst_mtu_maybe_forward(dst, true): the device's MTU (a route's
+    # unlocked mtu metric is ignored when forwarding)
+    mtu = odev.mtu
     if mtu < IPV6_MIN_MTU:
         mtu = IPV6_MIN_MTU
     if <uint32_t>p.l3len > mtu:
         icmp6_send(c, p, ICMP6_PKT_TOOBIG, 0, mtu, R_PKT_TOO_BIG)
         return
     ip6[7] -= 1
+    # ip6_fragment() then applies the route's MTU: Packet Too Big about the
+    # packet as it stands, hop limit already decremented
+    if d.mtu and <uint32_t>p.l3len > d.mtu:
+        mtu = d.mtu if d.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
+        if <uint32_t>p.l3len > mtu:
+            icmp6_send(c, p, ICMP6_PKT_TOOBIG, 0, mtu, R_PKT_TOO_BIG)
+            return
     p.verdict = V_FORWARD
     p.reason = R_NONE
     p.oif = nh.oif
@@ -822,7 +831,8 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
     if in6_is_multicast(ip6 + 24) and (ip6[25] & 0x0F) <= 1:
         set_drop(p, R_DADDR_INVALID)
         return
-    if in6_is_v4mapped(ip6 + 8) or in6_is_multicast(ip6 + 8):
+    # (a v4-mapped source is only refused by the local transport protocols)
+    if in6_is_multicast(ip6 + 8):
         set_drop(p, R_SADDR_INVALID)
         return
     plen = rd16(ip6 + 4)
@@ -1150,7 +1160,8 @@ cdef class Datapath:
                                 ("devs", devs, sizeof(fp_dev)), ("addrs", addrs, sizeof(fp_addr)),
                                 ("neighs", neighs, sizeof(fp_neigh)), ("rules6", rules6, sizeof(fp_rule)),
                                 ("rules4", rules4, sizeof(fp_rule))):
-            if not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous or arr.dtype.itemsize != size:
+            if (not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous or arr.dtype != np.uint8
+                    or arr.ndim != 2 or arr.shape[1] != size):
                 raise TypeError(f"{name}: expected a C-contiguous array of {size}-byte records")
         if len(dsts) < DST_FIRST_ROUTE:
             raise ValueError("dsts must hold the reserved entries")

@@ -1,0 +1,189 @@
+"""Forwarding, unroutable destinations, ICMP errors and malformed packets
+compared byte for byte with the running Linux kernel (see kernel_compare.py).
+Skipped, with the reason, where namespaces/TUN are not available."""
+import ipaddress
+import itertools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
+
+from fastpath import Router
+
+try:
+    from .kernel_compare import compare, format_problems
+except ImportError:  # pragma: no cover
+    from kernel_compare import compare, format_problems
+
+CFG = """
+ip -6 addr add 2001:db8:1::1/64 dev tun0
+ip -6 addr add 2001:db8:2::1/64 dev tun1
+ip -6 addr add 2001:db8:3::1/64 dev tun2
+ip addr add 10.0.1.1/24 dev tun0
+ip addr add 10.0.2.1/24 dev tun1
+ip addr add 10.0.3.1/24 dev tun2
+ip link set tun2 mtu 1300
+ip -6 route add 2001:db8:99::/48 via 2001:db8:2::2 dev tun1
+ip -6 route add 2001:db8:98::/48 dev tun2
+ip -6 route add 2001:db8:97::/48 via 2001:db8:3::2 dev tun2 mtu 1280
+ip -6 route add blackhole 2001:db8:a::/48
+ip -6 route add prohibit 2001:db8:b::/48
+ip -6 route add unreachable 2001:db8:c::/48
+ip -6 route add 2001:db8:d::/48 via 2001:db8:2::2 dev tun1 table 100
+ip -6 rule add from 2001:db8:1::100/128 table 100 pref 1000
+ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1
+ip route add 198.51.100.0/24 dev tun2
+ip route add blackhole 198.18.1.0/24
+ip route add prohibit 198.18.2.0/24
+ip route add unreachable 198.18.3.0/24
+ip route add 10.64.0.0/10 via 10.0.1.2 dev tun0
+"""
+
+# ip_error() rate-limits ICMPv4 errors per source address (inet_peer tokens,
+# net.ipv4.route.error_cost/error_burst, not per namespace): give every
+# random IPv4 packet a source of its own so the kernel's answer is
+# deterministic.
+_SOURCES = itertools.count(1)
+
+
+def _unique_source(pkt: bytes) -> bytes:
+    if pkt[0] >> 4 != 4:
+        return pkt
+    p = IP(pkt)
+    p.src = str(ipaddress.IPv4Address((10 << 24) | (64 << 16) + next(_SOURCES) % (1 << 22)))
+    del p.chksum
+    if p.haslayer(UDP):
+        del p[UDP].chksum
+    if p.haslayer(TCP):
+        del p[TCP].chksum
+    return bytes(p)
+
+
+@pytest.fixture
+def pair(kernel_oracle):
+    kernel_oracle.configure(CFG)
+    r = Router()
+    r.configure(CFG)
+    return kernel_oracle, r
+
+
+def check(pair, pkts, iif="tun0"):
+    oracle, r = pair
+    problems = compare(oracle, r, iif, [bytes(p) for p in pkts])
+    assert not problems, format_problems(problems)
+
+
+def u6(dst, src="2001:db8:1::2", hlim=64, n=8, **kw):
+    return IPv6(src=src, dst=dst, hlim=hlim, **kw) / UDP(sport=4000, dport=5000) / (b"q" * n)
+
+
+def u4(dst, src="10.0.1.2", ttl=64, n=8, flags="DF", tos=0):
+    return IP(src=src, dst=dst, ttl=ttl, flags=flags, tos=tos, id=7) / UDP(sport=4000, dport=5000) / (b"q" * n)
+
+
+def test_ipv6_forward_and_errors(pair):
+    check(pair, [
+        u6("2001:db8:99::1"), u6("2001:db8:99::1", hlim=1), u6("2001:db8:99::1", hlim=0),
+        u6("2001:db8:99::1", hlim=2), u6("2001:db8:98::1"), u6("2001:db8:2::2"),
+        u6("2001:db8:77::1"),                       # no route: unreachable
+        u6("2001:db8:77::1", src="2001:db8:44::1"),  # no route back: silence
+        u6("2001:db8:a::1"), u6("2001:db8:b::1"), u6("2001:db8:c::1"),
+        u6("2001:db8:d::1"), u6("2001:db8:d::1", src="2001:db8:1::100"),
+        u6("2001:db8:99::1", tc=0xb8, fl=0x12345),
+        u6("2001:db8:99::1", src="2001:db8:3::7"),  # source on another interface
+    ])
+
+
+def test_ipv6_mtu_edges(pair):
+    # tun2 mtu 1300; route 2001:db8:97::/48 mtu 1280
+    check(pair, [u6("2001:db8:98::1", n=1300 - 48), u6("2001:db8:98::1", n=1300 - 47),
+                 u6("2001:db8:97::1", n=1280 - 48), u6("2001:db8:97::1", n=1280 - 47),
+                 u6("2001:db8:98::1", n=1400), u6("2001:db8:98::1", n=1400, hlim=1)])
+
+
+def test_ipv6_hop_by_hop(pair):
+    base = IPv6(src="2001:db8:1::2", dst="2001:db8:99::1")
+    pkts = [base / IPv6ExtHdrHopByHop() / UDP()]
+    for t in (0x1E, 0x5E, 0x9E, 0xDE):
+        raw = bytearray(bytes(base / IPv6ExtHdrHopByHop() / UDP()))
+        raw[42:48] = bytes([t, 4, 0, 0, 0, 0])
+        pkts.append(bytes(raw))
+    check(pair, pkts)
+
+
+def test_ipv6_local_and_martians(pair):
+    check(pair, [u6("2001:db8:1::1"), u6("2001:db8:2::1"), u6("2001:db8:1::"),
+                 u6("::1"), u6("2001:db8:99::1", src="::1"), u6("2001:db8:99::1", src="ff02::1"),
+                 u6("ff01::1"), u6("2001:db8:99::1", src="::"),
+                 u6("2001:db8:99::1", src="::ffff:10.0.0.1"),
+                 IPv6(src="2001:db8:1::2", dst="2001:db8:77::1") / ICMPv6EchoRequest(),
+                 # an ICMPv6 error is never answered with one
+                 bytes(IPv6(src="2001:db8:1::2", dst="2001:db8:77::1", nh=58)
+                       / (bytes.fromhex("0300fcff00000000") + bytes(48)))])
+
+
+def test_ipv6_truncated_and_padded(pair):
+    p = bytes(u6("2001:db8:99::1"))
+    check(pair, [p[:40], p[:47], p + b"\x00" * 7, p[:-1]])
+
+
+def test_ipv4_forward_and_errors(pair):
+    # ip_error() rate-limits per source (burst of 5): vary the sources
+    pkts = [u4("192.0.2.1"), u4("192.0.2.1", ttl=1), u4("192.0.2.1", ttl=0, src="10.0.1.3"),
+            u4("192.0.2.1", ttl=2), u4("198.51.100.9"), u4("10.0.2.2"),
+            u4("203.0.113.1", src="10.0.1.4"), u4("203.0.113.1", src="172.16.0.1"),
+            u4("198.18.1.1", src="10.0.1.5"), u4("198.18.2.1", src="10.0.1.6"),
+            u4("198.18.3.1", src="10.0.1.7"), u4("192.0.2.1", tos=0xb8)]
+    check(pair, pkts)
+
+
+def test_ipv4_mtu_and_local(pair):
+    check(pair, [u4("198.51.100.9", n=1300 - 28), u4("198.51.100.9", n=1300 - 27, src="10.0.1.8"),
+                 u4("198.51.100.9", n=1400, src="10.0.1.9"), u4("10.0.1.1"), u4("10.0.2.1"),
+                 u4("127.0.0.1"), u4("192.0.2.1", src="127.0.0.1"), u4("192.0.2.1", src="10.0.2.1")])
+
+
+def test_ipv4_checksum_edges(pair):
+    rng = random.Random(5)
+    pkts = []
+    for k in range(40):
+        p = IP(src="10.0.1.2", dst="192.0.2.1", ttl=rng.randrange(2, 256), id=rng.randrange(65536)) / UDP() / b"z"
+        pkts.append(p)
+    check(pair, pkts)
+
+
+@st.composite
+def random_packet(draw):
+    fam = draw(st.sampled_from([4, 6]))
+    if fam == 6:
+        dst = draw(st.sampled_from(["2001:db8:99::1", "2001:db8:98::2", "2001:db8:77::3", "2001:db8:a::1",
+                                    "2001:db8:b::1", "2001:db8:2::1", "2001:db8:97::1", "2001:db8:d::1"]))
+        src = draw(st.sampled_from(["2001:db8:1::2", "2001:db8:1::100", "2001:db8:3::9", "2001:db8:66::1"]))
+        p = IPv6(src=src, dst=dst, hlim=draw(st.sampled_from([0, 1, 2, 64, 255])),
+                 tc=draw(st.integers(0, 255)), fl=draw(st.integers(0, 0xFFFFF)))
+        l4 = draw(st.sampled_from(["udp", "tcp", "raw"]))
+    else:
+        dst = draw(st.sampled_from(["192.0.2.1", "198.51.100.2", "203.0.113.3", "10.0.2.1", "198.18.2.1"]))
+        src = "10.0.1.2"             # replaced by a unique one, see _unique_source
+        p = IP(src=src, dst=dst, ttl=draw(st.sampled_from([0, 1, 2, 64])), id=draw(st.integers(0, 65535)),
+               flags=draw(st.sampled_from(["DF", ""])), tos=draw(st.integers(0, 255)))
+        l4 = draw(st.sampled_from(["udp", "tcp"]))
+    n = draw(st.integers(0, 1500))
+    if l4 == "udp":
+        p = p / UDP(sport=draw(st.integers(1, 65535)), dport=9) / (b"u" * n)
+    elif l4 == "tcp":
+        p = p / TCP(sport=draw(st.integers(1, 65535)), dport=9) / (b"t" * n)
+    else:
+        p = p / (b"r" * n)
+    if fam == 4 and len(p) > 1300 and "DF" not in str(p.flags):
+        p.flags = "DF"                 # fragmentation is not modelled yet
+    return bytes(p)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(random_packet(), min_size=1, max_size=10))
+def test_random_packets_against_kernel(pair, pkts):
+    check(pair, [_unique_source(p) for p in pkts])
