@@ -1,0 +1,22 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+try:  # tests/ as a package or as a plain directory on sys.path
+    from . import kernel_oracle as _ko
+except ImportError:
+    import kernel_oracle as _ko
+
+
+@pytest.fixture
+def kernel_oracle():
+    """A fresh KernelOracle (netns with tun0, tun1, tun2), skipped with the
+    reason where the machine cannot run one (not root, no netns/TUN, no
+    seg6local).  Configure it with ``kernel_oracle.configure(text)``."""
+    ok, reason = _ko.oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    with _ko.KernelOracle() as oracle:
+        yield oracle
