@@ -1,0 +1,19 @@
+"""fastpath: a userspace SRv6 packet processor with a compiled fast path that
+mirrors the Linux kernel's datapath, byte for byte.
+
+    import fastpath
+    r = fastpath.Router()
+    r.configure(open("routes.conf").read())
+    b = fastpath.Batch.from_packets(packets, iif="tun0")
+    r.process(b)
+    for res in b.results():
+        print(res.verdict, res.oif, res.reason)
+"""
+from .batch import Batch, Result
+from .config import ConfigError, State
+from .reasons import REASON_NAMES, REASONS, VERDICTS
+from .router import Router
+
+__version__ = "0.1.0"
+__all__ = ["Batch", "ConfigError", "REASONS", "REASON_NAMES", "Result", "Router", "State",
+           "VERDICTS", "__version__"]
