@@ -134,7 +134,9 @@ class Tables:
     def _alloc_dst(self) -> int:
         if not self.free_dsts:
             old = len(self.dsts)
-            self.dsts = np.concatenate([self.dsts, np.zeros(old, dtype=DST_DTYPE)])
+            grown = np.zeros(2 * old, dtype=DST_DTYPE)   # (np.concatenate would drop the padding)
+            grown[:old] = self.dsts
+            self.dsts = grown
             self.free_dsts = list(range(2 * old - 1, old - 1, -1))
         return self.free_dsts.pop()
 
