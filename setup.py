@@ -5,7 +5,10 @@ directives are set once here for the whole build (as scikit-learn does):
 bounds checking and negative indexing off, C division on.  ``FASTPATH_DEBUG=1``
 turns bounds checking back on (and builds with -O1 -g and assertions) so the
 test suite can catch out-of-bounds accesses.  ``FASTPATH_ONLY=_lpm,_x`` limits
-the build to some modules (developer convenience).
+the build to some modules (developer convenience).  ``FASTPATH_ASAN=1`` (with
+``FASTPATH_DEBUG=1``) adds AddressSanitizer: in the debug build every packet
+is processed in a heap buffer that ends where the packet ends, so a read past
+a packet's last byte is reported.
 """
 import glob
 import os
@@ -33,6 +36,12 @@ if DEBUG:
 else:
     cflags = ["-O3", "-DNDEBUG"]
 cflags += ["-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
+ldflags = []
+if os.environ.get("FASTPATH_ASAN", "") not in ("", "0"):
+    # AddressSanitizer (with FASTPATH_DEBUG=1): run Python with
+    # LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+    cflags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    ldflags += ["-fsanitize=address"]
 if os.environ.get("FASTPATH_NATIVE", "") not in ("", "0"):
     cflags.append("-march=native")
 
@@ -48,6 +57,7 @@ for path in sorted(glob.glob(os.path.join("pyx", "_*.pyx"))):
             include_dirs=[numpy.get_include(), "pyx"],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=cflags,
+            extra_link_args=ldflags,
         )
     )
 

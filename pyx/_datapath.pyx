@@ -15,6 +15,7 @@ their pointers.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memcpy, memmove, memset, memcmp
+from libc.stdlib cimport malloc, free
 
 cimport numpy as cnp
 import numpy as np
@@ -23,6 +24,19 @@ from fp cimport *
 from lpm cimport lpm4_lookup, lpm6_lookup
 
 cnp.import_array()
+
+cdef extern from *:
+    """
+    #ifdef FASTPATH_DEBUG
+    #define FP_DEBUG_BUILD 1
+    #else
+    #define FP_DEBUG_BUILD 0
+    #endif
+    """
+    const int FP_DEBUG_BUILD
+
+# True when built with FASTPATH_DEBUG=1 (bounds checks on)
+DEBUG_BUILD = bool(FP_DEBUG_BUILD)
 
 DEF IP6_HLEN = 40
 DEF IP4_HLEN = 20
@@ -1219,13 +1233,33 @@ cdef class Datapath:
         self.c.slot = <int32_t>data.shape[1]
         self.c.linktype = linktype
         base = &data[0, 0]
+        cdef int32_t slot = self.c.slot, exact
+        cdef uint8_t* buf
         with nogil:
             for i in range(n):
-                p.row = base + i * self.c.slot
+                p.row = base + i * slot
                 p.start = start[i]
                 p.length = length[i]
                 p.iif = iif[i]
-                process_one(&self.c, &p)
+                if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
+                    # Debug build: run the packet in a heap buffer that ends
+                    # exactly where the packet ends, so that any read past
+                    # its last byte hits malloc's redzone (built with
+                    # FASTPATH_ASAN=1, AddressSanitizer reports it).
+                    exact = p.start + p.length
+                    buf = <uint8_t*>malloc(exact if exact > 0 else 1)
+                    if buf == NULL:
+                        with gil:
+                            raise MemoryError()
+                    memcpy(buf, p.row, exact)
+                    p.row = buf
+                    self.c.slot = exact
+                    process_one(&self.c, &p)
+                    self.c.slot = slot
+                    memcpy(base + i * slot, buf, exact)
+                    free(buf)
+                else:
+                    process_one(&self.c, &p)
                 start[i] = p.start
                 length[i] = p.length
                 l2len[i] = p.l2len

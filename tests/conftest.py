@@ -10,6 +10,11 @@ except ImportError:
     import kernel_oracle as _ko
 
 
+def pytest_report_header(config):
+    from fastpath import _datapath
+    return ("fastpath build: " + ("DEBUG (bounds checks on)" if _datapath.DEBUG_BUILD else "release"))
+
+
 @pytest.fixture
 def kernel_oracle():
     """A fresh KernelOracle (netns with tun0, tun1, tun2), skipped with the
