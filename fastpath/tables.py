@@ -148,6 +148,12 @@ class Tables:
                 _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4)
 
 
+def _encap_type(encap) -> int:
+    if encap is None:
+        return ENCAP_NONE
+    return ENCAP_SEG6 if type(encap).__name__ == "Seg6Encap" else ENCAP_SEG6LOCAL
+
+
 def _usable(route, state) -> bool:
     """A route whose every nexthop device is down is skipped by the lookup
     (the kernel removes or marks such routes RTNH_F_DEAD|LINKDOWN)."""
@@ -289,6 +295,7 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         d["nh_count"] = len(sig_nhs)
         d["prefsrc"] = addr16(r.src) if r.src is not None else 0
         d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
+        d["encap_type"] = _encap_type(r.encap)
         if k in changed:
             d["use"] = 0
             d["gen"] += 1

@@ -874,6 +874,10 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         set_drop(p, R_ROUTE_DEAD)
         return
     if d.type == RTN_UNICAST:
+        if d.encap_type != ENCAP_NONE:
+            # seg6local behaviours and seg6 headends: not in this datapath yet
+            set_drop(p, R_NOT_SUPPORTED)
+            return
         ip6_forward(c, p, d)
     elif d.type == RTN_LOCAL or d.type == RTN_ANYCAST:
         p.verdict = V_LOCAL
@@ -1006,6 +1010,9 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
         return
     idev = dev_get(c, p.iif)
     if d.type == RTN_UNICAST:
+        if d.encap_type != ENCAP_NONE:
+            set_drop(p, R_NOT_SUPPORTED)     # seg6 headend: not in this datapath yet
+            return
         # fib_validate_source (rp_filter off): a local source is a martian
         if is_local_addr(c, 4, ip4 + 12):
             set_drop(p, R_SADDR_INVALID)

@@ -101,6 +101,12 @@ cdef enum:
     NHF_GATEWAY = 1
     NHF_DEAD = 2
 
+# dst.encap_type
+cdef enum:
+    ENCAP_NONE = 0
+    ENCAP_SEG6LOCAL = 1
+    ENCAP_SEG6 = 2
+
 # linktypes of a batch
 cdef enum:
     LINK_RAW = 0
