@@ -37,6 +37,9 @@ REASONS = (
     ("route_dead", "SKB_DROP_REASON_NOT_SPECIFIED", "the route was being removed (noref mode)"),
     ("no_headroom", "SKB_DROP_REASON_NOMEM", "no room left in the packet's slot to add headers"),
     ("hbh_option", "SKB_DROP_REASON_IP_INHDR", "hop-by-hop option that asks to discard the packet"),
+    # not a drop: a forwarded IPv4 packet larger than the MTU without DF,
+    # cut into fragments after the kernel (ip_fragment) by Router.process
+    ("fragmented", "", "forwarded as IPv4 fragments (counted, not dropped)"),
 )
 
 REASON_NAMES = tuple(r[0] for r in REASONS)

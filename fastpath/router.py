@@ -16,7 +16,7 @@ import numpy as np
 from . import _datapath
 from .batch import LINKTYPES, Batch
 from .config import ConfigError, State
-from .reasons import REASON_NAMES
+from .reasons import REASON_IDS, REASON_NAMES
 from .tables import RESERVED_DSTS, RTN_NAMES, compile_tables
 
 MODES = ("noref", "refcount")
@@ -88,7 +88,28 @@ class Router:
         self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
                          batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
                          LINKTYPES[batch.linktype])
+        frag = np.flatnonzero(batch.reason == REASON_IDS["fragmented"])
+        if frag.size:
+            self._fragment(batch, frag)
         return batch
+
+    def _fragment(self, batch, idx):
+        """ip_fragment() for the forwarded IPv4 packets the kernel marked:
+        the slot keeps the first fragment, ``batch.fragments[i]`` lists them all."""
+        t = self._tables
+        for i in idx:
+            i = int(i)
+            dst = int(batch.dst[i])
+            mtu = int(t.dsts[dst]["mtu"]) if dst < len(t.dsts) else 0
+            if not mtu:
+                mtu = int(t.devs[int(batch.oif[i])]["mtu"])
+            s, l2 = int(batch.start[i]), int(batch.l2len[i])
+            frame = batch.data[i, s:s + int(batch.length[i])].tobytes()
+            frags = [frame[:l2] + f for f in ip_fragment(frame[l2:], mtu)]
+            batch.fragments[i] = frags
+            batch.data[i, s:s + len(frags[0])] = np.frombuffer(frags[0], np.uint8)
+            batch.length[i] = len(frags[0])
+            batch.reason[i] = 0
 
     def counters(self) -> dict:
         """Per-reason packet counts since the last reset, and per-route
@@ -115,6 +136,43 @@ class Router:
         if r is None:
             return f"dst {dst} (none)"
         return f"{RTN_NAMES[int(self._tables.dsts[dst]['type'])]} {r.prefix} table {r.table}"
+
+
+def _ip_checksum(hdr: bytes) -> int:
+    s = sum(int.from_bytes(hdr[k:k + 2], "big") for k in range(0, len(hdr), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ip_fragment(pkt: bytes, mtu: int) -> list:
+    """ip_do_fragment() (slow path) on an IPv4 packet without options: data
+    cut in multiples of 8 bytes, fragments in order, MF on all but the last
+    (and on the last too when the packet was itself a non-final fragment)."""
+    hlen = (pkt[0] & 0x0F) * 4
+    space = mtu - hlen
+    frag_off = int.from_bytes(pkt[6:8], "big")
+    offset = (frag_off & 0x1FFF) << 3
+    not_last = frag_off & 0x2000
+    left, ptr = len(pkt) - hlen, hlen
+    out = []
+    while left > 0:
+        n = min(left, space)
+        if n < left:
+            n &= ~7
+        left -= n
+        hdr = bytearray(pkt[:hlen])
+        fo = offset >> 3
+        if left > 0 or not_last:
+            fo |= 0x2000
+        hdr[6:8] = fo.to_bytes(2, "big")
+        hdr[2:4] = (n + hlen).to_bytes(2, "big")
+        hdr[10:12] = b"\0\0"
+        hdr[10:12] = _ip_checksum(bytes(hdr)).to_bytes(2, "big")
+        out.append(bytes(hdr) + pkt[ptr:ptr + n])
+        ptr += n
+        offset += n
+    return out
 
 
 def _check_gateways(state):

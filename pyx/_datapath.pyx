@@ -922,12 +922,14 @@ cdef void ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         icmp4_send(c, p, ICMP_TIME_EXCEEDED, 0, 0, R_HOP_LIMIT_EXCEEDED, False)
         return
     mtu = d.mtu if d.mtu else odev.mtu
+    cdef bint frag = False
     if <uint32_t>p.l3len > mtu:
         if rd16(ip4 + 6) & 0x4000:
             icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, R_PKT_TOO_BIG, False)
-        else:
-            set_drop(p, R_NOT_SUPPORTED)   # ip_fragment: arrives with the FIB work
-        return
+            return
+        # DF clear: ip_fragment() after the TTL decrement; the fragments are
+        # cut by Router.process (slow path, as in the kernel)
+        frag = True
     # ip_decrease_ttl(): incremental checksum exactly as the kernel computes it
     check = (<uint32_t>ip4[10] << 8 | ip4[11])
     check += 0x0100
@@ -936,7 +938,7 @@ cdef void ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     ip4[11] = check & 0xFF
     ip4[8] -= 1
     p.verdict = V_FORWARD
-    p.reason = R_NONE
+    p.reason = R_FRAGMENTED if frag else R_NONE
     p.oif = nh.oif
     memset(p.nexthop, 0, 16)
     if nh.flags & NHF_GATEWAY:

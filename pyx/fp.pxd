@@ -49,7 +49,8 @@ cdef enum:
     R_ROUTE_DEAD = 23
     R_NO_HEADROOM = 24
     R_HBH_OPTION = 25
-    R_COUNT = 26
+    R_FRAGMENTED = 26
+    R_COUNT = 27
 
 # --- route types (uapi RTN_*) ----------------------------------------------
 cdef enum:

@@ -53,6 +53,8 @@ def _dst(pkt: bytes) -> bytes:
 
 def expected_from_fastpath(res, pkt):
     if res.verdict in ("forward", "icmp"):
+        if res.fragments:
+            return [(res.oif, f) for f in res.fragments]
         return [(res.oif, res.data)]
     return []
 
