@@ -40,6 +40,13 @@ REASONS = (
     # not a drop: a forwarded IPv4 packet larger than the MTU without DF,
     # cut into fragments after the kernel (ip_fragment) by Router.process
     ("fragmented", "", "forwarded as IPv4 fragments (counted, not dropped)"),
+    ("srh_sl_nonzero", "SKB_DROP_REASON_NOT_SPECIFIED", "decapsulating behaviour with segments left > 0"),
+    ("hmac_invalid", "SKB_DROP_REASON_NOT_SPECIFIED", "SRH HMAC missing (seg6_require_hmac=1), unknown key, or wrong"),
+    ("inner_missing", "SKB_DROP_REASON_NOT_SPECIFIED", "no inner packet of the protocol the behaviour decapsulates"),
+    ("srh_pop_refused", "SKB_DROP_REASON_NOT_SPECIFIED", "PSP/USP could not pop the SRH (seg6_pop_srh refuses)"),
+    ("not_ethernet", "SKB_DROP_REASON_NOT_SPECIFIED", "End.DX2 egress device is missing or not Ethernet"),
+    ("no_source_address", "SKB_DROP_REASON_NOT_SPECIFIED", "encapsulation needs a source address and none is configured"),
+    ("seg6_loop", "", "more than 64 seg6local behaviours in a row for one packet (fastpath's bound)"),
 )
 
 REASON_NAMES = tuple(r[0] for r in REASONS)

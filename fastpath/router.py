@@ -60,7 +60,9 @@ class Router:
         self._dp.load(*self._tables.arrays(), lo_ifindex=self._tables.ifindex.get("lo", 1),
                       fwd6=bool(s.sysctl("net.ipv6.conf.all.forwarding")),
                       ip_default_ttl=s.sysctl("net.ipv4.ip_default_ttl"),
-                      hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"))
+                      hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"),
+                      tunsrc=s.sr_tunsrc.packed if s.sr_tunsrc is not None else None,
+                      seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -112,11 +114,20 @@ class Router:
             batch.reason[i] = 0
 
     def counters(self) -> dict:
-        """Per-reason packet counts since the last reset, and per-route
-        entries' statistics."""
+        """Per-reason packet counts since the last reset, and the per-route
+        counters of seg6local routes configured with ``count`` (the kernel's
+        SEG6_LOCAL_COUNTERS: packets and bytes of packets processed
+        successfully, bytes as they arrived; errors for the rest), keyed by
+        "PREFIX table T"."""
         counts = self._dp.reason_counts()
         reasons = {REASON_NAMES[i]: int(c) for i, c in enumerate(counts) if c}
-        return {"reasons": reasons, "routes": {}}
+        routes = {}
+        sc = self._dp.seg6local_counters()
+        for k, route in enumerate(self._tables.s6l_routes):
+            if route.encap.count:
+                routes[f"{route.prefix} table {route.table}"] = {
+                    "packets": int(sc[k, 0]), "bytes": int(sc[k, 1]), "errors": int(sc[k, 2])}
+        return {"reasons": reasons, "routes": routes}
 
     def reset_counters(self):
         self._dp.reset_counters()

@@ -38,7 +38,7 @@ RTN_NAMES = {v: k for k, v in RTN.items()}
 FR_ACT = {"lookup": 1, "blackhole": 6, "unreachable": 7, "prohibit": 8}
 
 DSTF_DEAD, DSTF_GATEWAY, DSTF_SHARED = 1, 2, 4
-DEVF_UP, DEVF_FWD6, DEVF_FWD4, DEVF_SEG6, DEVF_LOOPBACK = 1, 2, 4, 8, 16
+DEVF_UP, DEVF_FWD6, DEVF_FWD4, DEVF_SEG6, DEVF_LOOPBACK, DEVF_ETHER = 1, 2, 4, 8, 16, 32
 NHF_GATEWAY, NHF_DEAD = 1, 2
 ENCAP_NONE, ENCAP_SEG6LOCAL, ENCAP_SEG6 = 0, 1, 2
 
@@ -69,6 +69,12 @@ RULE_DTYPE = _rec([
     ("pref", "<u4", 0), ("table", "<u4", 4), ("action", "u1", 8), ("src_len", "u1", 9),
     ("dst_len", "u1", 10), ("has_iif", "u1", 11), ("iif", "<u4", 12),
     ("src", "16u1", 16), ("dst", "16u1", 32), ("slot", "<i4", 48)], 64)
+S6L_DTYPE = _rec([
+    ("action", "u1", 0), ("flavors", "u1", 1), ("lblen", "u1", 2), ("nflen", "u1", 3),
+    ("oif", "<u4", 4), ("slot6", "<i4", 8), ("slot4", "<i4", 12), ("table", "<u4", 16),
+    ("srh_off", "<u4", 20), ("srh_len", "<u2", 24), ("count", "u1", 26),
+    ("nh6", "16u1", 28), ("nh4", "4u1", 44)], 64)
+FLAVOR_BITS = {"psp": 1, "usp": 2, "usd": 4, "next-csid": 8}
 NEIGH_DTYPE = _rec([
     ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("family", "u1", 20), ("mac", "6u1", 21)], 32)
 
@@ -117,6 +123,10 @@ class Tables:
     free_dsts: list = field(default_factory=list)
     ifnames: dict = field(default_factory=dict)      # ifindex -> name
     ifindex: dict = field(default_factory=dict)      # name -> ifindex
+    s6l: np.ndarray = None                           # seg6local parameters (S6L_DTYPE)
+    srh_blob: np.ndarray = None                      # SRH templates of End.B6*
+    s6l_routes: list = field(default_factory=list)   # s6l index -> Route
+    hmac_keys: np.ndarray = None
     dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
 
     def __post_init__(self):
@@ -145,7 +155,8 @@ class Tables:
         lpm6 = [(self.lpms[(6, t)].tbl24, self.lpms[(6, t)].groups) for t in self.slots.get(6, [])]
         lpm4 = [(self.lpms[(4, t)].tbl24, self.lpms[(4, t)].groups) for t in self.slots.get(4, [])]
         return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
-                _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4)
+                _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4,
+                _raw(self.s6l), self.srh_blob, self.hmac_keys)
 
 
 def _encap_type(encap) -> int:
@@ -223,6 +234,8 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
             fl |= DEVF_SEG6
         if itf.name == "lo":
             fl |= DEVF_LOOPBACK
+        if getattr(itf, "kind", None) not in ("tun", "loopback"):
+            fl |= DEVF_ETHER
         d["flags"] = fl
         d["seg6_require_hmac"] = state.sysctl(f"net.ipv6.conf.{itf.name}.seg6_require_hmac")
         d["hop_limit"] = state.sysctl(f"net.ipv6.conf.{itf.name}.hop_limit")
@@ -349,4 +362,70 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
                 arr[k]["has_iif"] = 1
                 arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
         t.rules[fam] = arr
+    _compile_seg6local(t, state)
     return t
+
+
+def build_srh(segs, hmac_keyid=None, inline=False) -> bytes:
+    """The SRH iproute2 builds for ``srh segs A,B,..`` (parse_srh): segments
+    stored last to first, segments left = last entry; for an insertion
+    (End.B6, seg6 inline) one more slot, segments[0], receives the packet's
+    destination at run time; an HMAC TLV (type 5, length 38, key id) when a
+    key is given."""
+    segs = [ipaddress.IPv6Address(x) for x in segs]
+    n = len(segs) + (1 if inline else 0)
+    srhlen = 8 + 16 * n + (40 if hmac_keyid is not None else 0)
+    b = bytearray(srhlen)
+    b[1] = (srhlen >> 3) - 1
+    b[2] = 4
+    b[3] = b[4] = n - 1
+    if hmac_keyid is not None:
+        b[5] = 0x08
+    for k, a in enumerate(segs):
+        i = n - 1 - k
+        b[8 + 16 * i: 24 + 16 * i] = a.packed
+    if hmac_keyid is not None:
+        off = srhlen - 40
+        b[off] = 5
+        b[off + 1] = 38
+        b[off + 4: off + 8] = int(hmac_keyid).to_bytes(4, "big")
+    return bytes(b)
+
+
+def _compile_seg6local(t: Tables, state) -> None:
+    """One S6L record per seg6local route entry (dst.encap indexes it)."""
+    from .config import SEG6LOCAL_ACTIONS
+    slot6 = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
+    slot4 = {tb: k for k, tb in enumerate(t.slots.get(4, []))}
+    recs, blob, routes = [], bytearray(8), []
+    for e in sorted(t.entries.values(), key=lambda e: e.dst):
+        enc = e.route.encap
+        if _encap_type(enc) != ENCAP_SEG6LOCAL:
+            continue
+        rec = np.zeros(1, dtype=S6L_DTYPE)[0]
+        rec["action"] = SEG6LOCAL_ACTIONS[enc.action].uapi
+        rec["flavors"] = sum(FLAVOR_BITS[f] for f in enc.flavors)
+        rec["lblen"] = enc.lblen or 0
+        rec["nflen"] = enc.nflen or 0
+        rec["oif"] = t.ifindex.get(enc.oif, 0) if enc.oif else 0
+        table = enc.table if enc.table is not None else enc.vrftable
+        rec["table"] = table or 0
+        rec["slot6"] = slot6.get(table, -1) if table is not None else -1
+        rec["slot4"] = slot4.get(table, -1) if table is not None else -1
+        if enc.nh6 is not None:
+            rec["nh6"] = addr16(enc.nh6)
+        if enc.nh4 is not None:
+            rec["nh4"] = np.frombuffer(enc.nh4.packed, np.uint8)
+        if enc.srh_segs:
+            srh = build_srh(enc.srh_segs, enc.srh_hmac, inline=(enc.action == "End.B6"))
+            rec["srh_off"] = len(blob)
+            rec["srh_len"] = len(srh)
+            blob += srh
+        rec["count"] = 1 if enc.count else 0
+        t.dsts[e.dst]["encap"] = len(recs)
+        recs.append(rec)
+        routes.append(e.route)
+    t.s6l = np.array(recs, dtype=S6L_DTYPE) if recs else np.zeros(0, dtype=S6L_DTYPE)
+    t.srh_blob = np.frombuffer(bytes(blob), dtype=np.uint8).copy()
+    t.s6l_routes = routes
+    t.hmac_keys = np.array(sorted(state.hmac_keys) + [0], dtype=np.uint32)

@@ -53,6 +53,9 @@ DEF NEXTHDR_ICMP6 = 58
 DEF NEXTHDR_NONE = 59
 DEF NEXTHDR_DEST = 60
 DEF IPPROTO_ICMP = 1
+# seg6local behaviours a packet may go through in one pass (a SID list that
+# visits several of our own SIDs); the kernel recurses without a bound
+DEF MAX_SEG6LOCAL_DEPTH = 64
 
 # ICMPv6 types/codes (RFC 4443)
 DEF ICMP6_DEST_UNREACH = 1
@@ -100,6 +103,15 @@ cdef struct ctx_t:
     uint8_t linktype
     int32_t slot
     uint64_t* reason_count        # [R_COUNT]
+    const fp_s6l* s6l             # seg6local parameters, indexed by dst.encap
+    uint32_t ns6l
+    uint64_t* s6l_counters        # [ns6l, 3]: packets, bytes, errors (this worker's)
+    const uint8_t* srh_blob       # SRH templates of End.B6 / End.B6.Encaps
+    const uint32_t* hmac_keys     # configured HMAC key ids
+    uint32_t nhmac
+    bint has_tunsrc
+    uint8_t tunsrc[16]            # ip sr tunsrc
+    int seg6_flowlabel            # net.ipv6.seg6_flowlabel
 
 
 cdef struct pkt_t:
@@ -118,6 +130,10 @@ cdef struct pkt_t:
     uint16_t reason
     uint32_t dst
     uint8_t family
+    bint has_known_nh             # FLOWI_FLAG_KNOWN_NH: nexthop of a gateway-less route
+    uint8_t known_nh[16]
+    bint l2_done                  # End.DX2: the frame already is the L2 frame to send
+    int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
 
 
 # ---------------------------------------------------------------------------
@@ -517,7 +533,9 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         return False
     nh = dst_nexthop(c, d, 0)
     if d.type == RTN_LOCAL:
-        dev = dev_get(c, c.lo_ifindex)
+        # an error about a packet we sent ourselves stays inside this node
+        set_drop(p, reason)
+        return False
     elif nh == NULL:
         set_drop(p, reason)
         return False
@@ -621,7 +639,9 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         return False
     nh = dst_nexthop(c, d, 0)
     if d.type == RTN_LOCAL:
-        dev = dev_get(c, c.lo_ifindex)
+        # an error about a packet we sent ourselves stays inside this node
+        set_drop(p, reason)
+        return False
     elif nh == NULL:
         set_drop(p, reason)
         return False
@@ -756,35 +776,48 @@ cdef int ip6_parse_hopopts(ctx_t* c, pkt_t* p) noexcept nogil:
     return 0
 
 
-cdef void ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
+cdef int ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """ip6_forward() after a unicast route was found."""
-    cdef uint8_t* ip6 = p.row + p.l3
     cdef const fp_nh* nh
-    cdef const fp_dev* odev
-    cdef uint32_t mtu
     if not c.fwd6:
         set_drop(p, R_FORWARDING_DISABLED)
-        return
-    nh = dst_nexthop(c, d, flow_hash6(ip6))
+        return -1
+    nh = dst_nexthop(c, d, flow_hash6(p.row + p.l3))
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
-        return
-    odev = dev_get(c, nh.oif)
+        return -1
+    return ip6_forward_out(c, p, d.mtu, nh.oif, nh.gw if (nh.flags & NHF_GATEWAY) else NULL)
+
+
+cdef int ip6_forward_via(ctx_t* c, pkt_t* p, uint32_t oif, const uint8_t* gw) noexcept nogil:
+    """ip6_forward() to a nexthop given by interface and address."""
+    if not c.fwd6:
+        set_drop(p, R_FORWARDING_DISABLED)
+        return -1
+    return ip6_forward_out(c, p, 0, oif, gw)
+
+
+cdef int ip6_forward_out(ctx_t* c, pkt_t* p, uint32_t route_mtu, uint32_t oif,
+                         const uint8_t* gw) noexcept nogil:
+    """The checks of ip6_forward() (and ip6_fragment()'s) towards ``oif``."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef const fp_dev* odev = dev_get(c, oif)
+    cdef uint32_t mtu
     if odev == NULL or not (odev.flags & DEVF_UP):
         set_drop(p, R_INTERFACE_DOWN)
-        return
+        return -1
     if ip6[7] <= 1:
         icmp6_send(c, p, ICMP6_TIME_EXCEED, 0, 0, R_HOP_LIMIT_EXCEEDED)
-        return
-    if nh.oif != p.iif:
+        return -1
+    if oif != p.iif:
         # "This check is security critical": no forwarding of unspecified,
         # multicast or loopback sources; link-local ones get an error.
         if in6_is_zero(ip6 + 8) or in6_is_multicast(ip6 + 8) or in6_is_loopback(ip6 + 8):
             set_drop(p, R_SADDR_INVALID)
-            return
+            return -1
         if in6_is_linklocal(ip6 + 8):
             icmp6_send(c, p, ICMP6_DEST_UNREACH, ICMP6_NOT_NEIGHBOUR, 0, R_SOURCE_LINK_LOCAL)
-            return
+            return -1
     # ip6_dst_mtu_maybe_forward(dst, true): the device's MTU (a route's
     # unlocked mtu metric is ignored when forwarding)
     mtu = odev.mtu
@@ -792,22 +825,25 @@ cdef void ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         mtu = IPV6_MIN_MTU
     if <uint32_t>p.l3len > mtu:
         icmp6_send(c, p, ICMP6_PKT_TOOBIG, 0, mtu, R_PKT_TOO_BIG)
-        return
+        return -1
     ip6[7] -= 1
     # ip6_fragment() then applies the route's MTU: Packet Too Big about the
     # packet as it stands, hop limit already decremented
-    if d.mtu and <uint32_t>p.l3len > d.mtu:
-        mtu = d.mtu if d.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
+    if route_mtu and <uint32_t>p.l3len > route_mtu:
+        mtu = route_mtu if route_mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
         if <uint32_t>p.l3len > mtu:
             icmp6_send(c, p, ICMP6_PKT_TOOBIG, 0, mtu, R_PKT_TOO_BIG)
-            return
+            return -1
     p.verdict = V_FORWARD
     p.reason = R_NONE
-    p.oif = nh.oif
-    if nh.flags & NHF_GATEWAY:
-        memcpy(p.nexthop, nh.gw, 16)
+    p.oif = oif
+    if gw != NULL:
+        memcpy(p.nexthop, gw, 16)
+    elif p.has_known_nh:
+        memcpy(p.nexthop, p.known_nh, 16)
     else:
         memcpy(p.nexthop, ip6 + 24, 16)
+    return 0
 
 
 cdef inline bint ip6_mc_local(const uint8_t* a) noexcept nogil:
@@ -868,17 +904,38 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
             set_drop(p, R_MULTICAST)
         return
     rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif)
-    p.dst = rt
     d = &c.dsts[rt]
+    if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6LOCAL and not (d.flags & DSTF_DEAD):
+        p.dst = rt
+        seg6local_input(c, p, d)
+        return
+    if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6:
+        p.dst = rt
+        set_drop(p, R_NOT_SUPPORTED)     # seg6 headends: not in this datapath yet
+        return
+    ip6_dst_input(c, p, rt)
+
+
+cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """dst_input() on an IPv6 route: forward, deliver, or the error routes'
+    input (ip6_pkt_discard, ip6_pkt_prohibit, dst_discard).  Returns the
+    kernel's return code sign: 0, or -1 where it returns an error (which
+    seg6local counts as an error)."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef const fp_dst* d = &c.dsts[rt]
+    p.dst = rt
     if d.flags & DSTF_DEAD:
         set_drop(p, R_ROUTE_DEAD)
-        return
+        return -1
     if d.type == RTN_UNICAST:
-        if d.encap_type != ENCAP_NONE:
-            # seg6local behaviours and seg6 headends: not in this datapath yet
+        if d.encap_type == ENCAP_SEG6LOCAL:
+            # the next segment is one of ours too: its behaviour runs now
+            # (dst_input -> seg6_local_input), without a hop limit decrement
+            return seg6local_input(c, p, d)
+        if d.encap_type == ENCAP_SEG6:
             set_drop(p, R_NOT_SUPPORTED)
-            return
-        ip6_forward(c, p, d)
+            return -1
+        return ip6_forward(c, p, d)
     elif d.type == RTN_LOCAL or d.type == RTN_ANYCAST:
         p.verdict = V_LOCAL
         p.reason = R_NONE
@@ -895,6 +952,561 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         else:
             icmp6_send(c, p, ICMP6_DEST_UNREACH, ICMP6_NOROUTE, 0,
                        R_NO_ROUTE if rt == DST_IP6_NULL else R_UNREACHABLE)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# SRv6: the SRH (net/ipv6/seg6.c) and the seg6local behaviours
+# (net/ipv6/seg6_local.c), one helper per kernel step
+# ---------------------------------------------------------------------------
+
+cdef inline bint ipv6_ext_hdr(uint8_t nh) noexcept nogil:
+    return (nh == NEXTHDR_HOP or nh == NEXTHDR_ROUTING or nh == NEXTHDR_FRAGMENT
+            or nh == NEXTHDR_AUTH or nh == NEXTHDR_NONE or nh == NEXTHDR_DEST)
+
+
+cdef int ipv6_find_hdr(const uint8_t* ip6, int32_t len, int target, bint skip_rh,
+                       int32_t* offset) noexcept nogil:
+    """ipv6_find_hdr(): walk the extension headers to header ``target`` (-1:
+    the first upper-layer header).  Returns its type and sets ``offset``, or
+    -1 (ENOENT / EBADMSG).  ``skip_rh``: IP6_FH_F_SKIP_RH, routing headers
+    with segments left 0 do not count."""
+    cdef int32_t start = IP6_HLEN, hdrlen
+    cdef uint8_t nexthdr = ip6[6]
+    cdef bint found
+    while True:
+        found = nexthdr == target
+        if not ipv6_ext_hdr(nexthdr) or nexthdr == NEXTHDR_NONE:
+            if target < 0 or found:
+                break
+            return -1
+        if start + 2 > len:
+            return -1
+        if nexthdr == NEXTHDR_ROUTING:
+            if start + 4 > len:
+                return -1
+            if skip_rh and ip6[start + 3] == 0:
+                found = False
+        if nexthdr == NEXTHDR_FRAGMENT:
+            if start + 4 > len:
+                return -1
+            if rd16(ip6 + start + 2) & 0xFFF8:
+                if target < 0 and (not ipv6_ext_hdr(ip6[start]) or ip6[start] == NEXTHDR_NONE):
+                    return ip6[start]
+                if not found:
+                    return -1
+                break
+            hdrlen = 8
+        elif nexthdr == NEXTHDR_AUTH:
+            hdrlen = (<int32_t>ip6[start + 1] + 2) << 2
+        else:
+            hdrlen = (<int32_t>ip6[start + 1] + 1) << 3
+        if found:
+            break
+        nexthdr = ip6[start]
+        start += hdrlen
+    offset[0] = start
+    return nexthdr
+
+
+cdef bint seg6_validate_srh(const uint8_t* srh, int32_t len) noexcept nogil:
+    """seg6_validate_srh(srh, len, reduced=true): type 4, length, last entry,
+    segments left (the reduced SRH allows SL = last entry + 1), and a TLV
+    walk ending exactly at the end (every TLV is type, length, data)."""
+    cdef int32_t max_last_entry, tlv_offset, trailing, tlv_len
+    if srh[2] != 4:
+        return False
+    if ((<int32_t>srh[1] + 1) << 3) != len:
+        return False
+    max_last_entry = (<int32_t>srh[1] >> 1) - 1
+    if <int32_t>srh[4] > max_last_entry:
+        return False
+    if <int32_t>srh[3] > <int32_t>srh[4] + 1:
+        return False
+    tlv_offset = 8 + ((<int32_t>srh[4] + 1) << 4)
+    trailing = len - tlv_offset
+    if trailing < 0:
+        return False
+    while trailing:
+        if trailing < 2:
+            return False
+        tlv_len = 2 + <int32_t>srh[tlv_offset + 1]
+        trailing -= tlv_len
+        if trailing < 0:
+            return False
+        tlv_offset += tlv_len
+    return True
+
+
+cdef int32_t seg6_get_srh(const pkt_t* p, bint skip_rh) noexcept nogil:
+    """seg6_get_srh(): offset of the first (validated) SRH from the IPv6
+    header, or -1."""
+    cdef const uint8_t* ip6 = p.row + p.l3
+    cdef int32_t off = 0, srhlen
+    if ipv6_find_hdr(ip6, p.l3len, NEXTHDR_ROUTING, skip_rh, &off) < 0:
+        return -1
+    if off + 8 > p.l3len:
+        return -1
+    srhlen = (<int32_t>ip6[off + 1] + 1) << 3
+    if off + srhlen > p.l3len:
+        return -1
+    if not seg6_validate_srh(ip6 + off, srhlen):
+        return -1
+    return off
+
+
+cdef bint seg6_hmac_validate(const ctx_t* c, pkt_t* p) noexcept nogil:
+    """seg6_hmac_validate_skb(): as the kernel, reads the SRH at the
+    transport header, i.e. right after the IPv6 header; the HMAC TLV must
+    follow the segment list (type 5, length 38) with the H flag set."""
+    cdef const uint8_t* ip6 = p.row + p.l3
+    cdef const uint8_t* srh = ip6 + IP6_HLEN
+    cdef const fp_dev* idev = dev_get(c, p.iif)
+    cdef int require = idev.seg6_require_hmac if idev != NULL else 0
+    cdef bint tlv = False
+    cdef int32_t toff
+    cdef uint32_t keyid, k
+    if p.l3len >= IP6_HLEN + 8:
+        toff = IP6_HLEN + 8 + ((<int32_t>srh[4] + 1) << 4)
+        if (<int32_t>srh[1] >= (<int32_t>srh[4] + 1) * 2 + 5 and (srh[5] & 0x08)
+                and toff + 40 <= p.l3len and ip6[toff] == 5 and ip6[toff + 1] == 38):
+            tlv = True
+    if require > 0 and not tlv:
+        return False
+    if require < 0 or not tlv:
+        return True
+    keyid = rd32(ip6 + toff + 4)
+    for k in range(c.nhmac):
+        if c.hmac_keys[k] == keyid:
+            # computing the HMAC in the fast path arrives with the HMAC work
+            p.reason = R_NOT_SUPPORTED
+            return False
+    return False
+
+
+cdef inline void advance_nextseg(uint8_t* ip6, int32_t srhoff) noexcept nogil:
+    """SL--, DA = segments[SL]."""
+    cdef uint8_t* srh = ip6 + srhoff
+    srh[3] -= 1
+    memcpy(ip6 + 24, srh + 8 + (<int32_t>srh[3] << 4), 16)
+
+
+cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slot,
+                          bint by_table, bint local_delivery) noexcept nogil:
+    """seg6_lookup_any_nexthop(): the route for ``nhaddr`` (or the DA),
+    through the rules or in one table; a route to this host (dev lo) is
+    replaced by the blackhole entry unless local delivery is allowed; a
+    table that does not exist gives the blackhole entry too."""
+    cdef const uint8_t* ip6 = p.row + p.l3
+    cdef const uint8_t* daddr = nhaddr if nhaddr != NULL else ip6 + 24
+    cdef uint32_t rt, v
+    if not by_table:
+        rt = fib6_lookup(c, daddr, ip6 + 8, p.iif)
+    elif slot < 0 or <uint32_t>slot >= c.nlpm6:
+        return DST_IP6_BLACKHOLE
+    else:
+        v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
+        rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
+    if not local_delivery and (c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST):
+        return DST_IP6_BLACKHOLE
+    return rt
+
+
+cdef bint decap_and_validate(const ctx_t* c, pkt_t* p, int proto) noexcept nogil:
+    """decap_and_validate(): no SRH or SL = 0 (with a valid HMAC if any),
+    then strip everything up to the inner ``proto`` header."""
+    cdef int32_t srhoff = seg6_get_srh(p, False), off = 0
+    cdef const uint8_t* ip6 = p.row + p.l3
+    if srhoff >= 0 and ip6[srhoff + 3] > 0:
+        p.reason = R_SRH_SL_NONZERO
+        return False
+    if srhoff >= 0 and not seg6_hmac_validate(c, p):
+        if p.reason == R_NONE:
+            p.reason = R_HMAC_INVALID
+        return False
+    if ipv6_find_hdr(ip6, p.l3len, proto, False, &off) < 0:
+        p.reason = R_INNER_MISSING
+        return False
+    p.l3 += off
+    p.l3len -= off
+    return True
+
+
+cdef int32_t end_get_srh(const ctx_t* c, pkt_t* p) noexcept nogil:
+    """get_and_validate_srh(): the SRH to process (SL > 0), HMAC checked."""
+    cdef int32_t srhoff = seg6_get_srh(p, True)
+    if srhoff < 0:
+        p.reason = R_SRH_INVALID if seg6_get_srh(p, False) < 0 and _has_rh(p) else R_SRH_MISSING
+        return -1
+    if not seg6_hmac_validate(c, p):
+        if p.reason == R_NONE:
+            p.reason = R_HMAC_INVALID
+        return -1
+    return srhoff
+
+
+cdef bint _has_rh(const pkt_t* p) noexcept nogil:
+    """Whether the packet carries a routing header at all (for the drop
+    reason only: SL = 0 or an invalid SRH are both 'no SRH' to the kernel)."""
+    cdef int32_t off = 0
+    return ipv6_find_hdr(p.row + p.l3, p.l3len, NEXTHDR_ROUTING, False, &off) >= 0
+
+
+cdef inline bint next_csid_arg_zero(const uint8_t* da, const fp_s6l* s) noexcept nogil:
+    cdef int k
+    for k in range((s.lblen >> 3) + (s.nflen >> 3), 16):
+        if da[k]:
+            return False
+    return True
+
+
+cdef inline void next_csid_advance(uint8_t* da, const fp_s6l* s) noexcept nogil:
+    """seg6_next_csid_advance_arg(): shift the argument left by one
+    node-function length, zero fill."""
+    cdef int blk = s.lblen >> 3, fnc = s.nflen >> 3
+    memmove(da + blk, da + blk + fnc, 16 - blk - fnc)
+    memset(da + 16 - fnc, 0, fnc)
+
+
+cdef bint seg6_pop_srh(pkt_t* p, int32_t srhoff) noexcept nogil:
+    """seg6_pop_srh(): remove the SRH and give its next header to the header
+    before it; refuses (False) when a Fragment or AH header precedes it."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef int32_t srhlen = (<int32_t>ip6[srhoff + 1] + 1) << 3
+    cdef uint8_t srh_nexthdr = ip6[srhoff]
+    cdef int32_t off = IP6_HLEN, fix
+    cdef uint8_t nexthdr = ip6[6]
+    if srhoff < IP6_HLEN:
+        return False
+    if nexthdr == NEXTHDR_ROUTING:
+        fix = 6
+    else:
+        while True:
+            if not ipv6_ext_hdr(nexthdr) or nexthdr == NEXTHDR_NONE or off + 2 > p.l3len:
+                return False
+            if ip6[off] == NEXTHDR_ROUTING:
+                fix = off
+                break
+            if nexthdr == NEXTHDR_FRAGMENT or nexthdr == NEXTHDR_AUTH:
+                return False
+            nexthdr = ip6[off]
+            off += (<int32_t>ip6[off + 1] + 1) << 3
+    ip6[fix] = srh_nexthdr
+    memmove(ip6 + srhlen, ip6, srhoff)
+    p.l3 += srhlen
+    p.l3len -= srhlen
+    wr16(p.row + p.l3 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    return True
+
+
+cdef int end_finish(ctx_t* c, pkt_t* p, const fp_s6l* s, const uint8_t* nh6) noexcept nogil:
+    """input_action_end_finish / end_x_finish: look the new DA (or End.X's
+    nexthop) up and hand the packet to its route."""
+    cdef uint32_t rt
+    cdef bint known = nh6 != NULL
+    if s.action == S6_END_X and s.oif:
+        # End.X with oif: the nexthop is on that interface, as the kernel's
+        # output lookup constrained to oif finds it
+        return ip6_forward_via(c, p, s.oif, s.nh6)
+    if s.action == S6_END_T:
+        rt = seg6_lookup(c, p, NULL, s.slot6, True, False)
+    else:
+        rt = seg6_lookup(c, p, nh6, -1, False, False)
+    if known and c.dsts[rt].type == RTN_UNICAST:
+        memcpy(p.known_nh, nh6, 16)
+        p.has_known_nh = True
+    return ip6_dst_input(c, p, rt)
+
+
+cdef int end_core(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    """input_action_end_core / end_x_core / end_t: validated SRH with SL > 0,
+    advance, look up."""
+    cdef int32_t srhoff = end_get_srh(c, p)
+    if srhoff < 0:
+        set_drop(p, p.reason)
+        return -1
+    advance_nextseg(p.row + p.l3, srhoff)
+    return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
+
+
+cdef int end_flavors(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    """End, End.X, End.T with flavors: NEXT-C-SID first (argument shift when
+    the argument is non-zero), then the RFC 8986 flavors (end_flv8986_core):
+    PSP pops the SRH at SL = 1; USP pops it at SL = 0 and USD decapsulates
+    at SL = 0 (RFC 8986 4.16.2/4.16.3: not in the kernel)."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef int32_t srhoff
+    if s.flavors & FLV_NEXT_CSID:
+        if not next_csid_arg_zero(ip6 + 24, s):
+            next_csid_advance(ip6 + 24, s)
+            return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
+        if not (s.flavors & (FLV_PSP | FLV_USP | FLV_USD)):
+            return end_core(c, p, s)
+    srhoff = seg6_get_srh(p, False)
+    if srhoff < 0:
+        set_drop(p, R_SRH_INVALID if _has_rh(p) else R_SRH_MISSING)
+        return -1
+    if not seg6_hmac_validate(c, p):
+        set_drop(p, p.reason if p.reason != R_NONE else R_HMAC_INVALID)
+        return -1
+    if ip6[srhoff + 3] == 0:
+        if s.flavors & FLV_USD:
+            return end_usd(c, p, s)
+        if s.flavors & FLV_USP:
+            if not seg6_pop_srh(p, srhoff):
+                set_drop(p, R_SRH_POP_REFUSED)
+                return -1
+            p.verdict = V_LOCAL       # the upper layer of this node processes it
+            p.reason = R_NONE
+            return 0
+        set_drop(p, R_SRH_SL_ZERO)
+        return -1
+    advance_nextseg(ip6, srhoff)
+    if ip6[srhoff + 3] == 0 and (s.flavors & FLV_PSP):
+        if not seg6_pop_srh(p, srhoff):
+            set_drop(p, R_SRH_POP_REFUSED)
+            return -1
+    return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
+
+
+cdef int end_usd(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    """USD (RFC 8986 4.16.3): at SL = 0, decapsulate the inner IPv6 or IPv4
+    packet and forward it by its own destination."""
+    cdef int32_t off = 0
+    cdef int nh = ipv6_find_hdr(p.row + p.l3, p.l3len, -1, False, &off)
+    if nh == 41 and p.l3len - off >= IP6_HLEN:
+        p.l3 += off
+        p.l3len -= off
+        return seg6_ip6_inner(c, p, NULL, -1, False, True)
+    if nh == 4 and p.l3len - off >= IP4_HLEN:
+        p.l3 += off
+        p.l3len -= off
+        p.family = 4
+        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1)
+    set_drop(p, R_INNER_MISSING)
+    return -1
+
+
+cdef int seg6_ip6_inner(ctx_t* c, pkt_t* p, const uint8_t* nh6, int32_t slot, bint by_table,
+                        bint local_delivery) noexcept nogil:
+    """Route a decapsulated IPv6 packet (End.DX6 / End.DT6 / USD)."""
+    cdef uint32_t rt = seg6_lookup(c, p, nh6, slot, by_table, local_delivery)
+    if nh6 != NULL and c.dsts[rt].type == RTN_UNICAST:
+        memcpy(p.known_nh, nh6, 16)
+        p.has_known_nh = True
+    return ip6_dst_input(c, p, rt)
+
+
+cdef int end_dx6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    if not decap_and_validate(c, p, 41) or p.l3len < IP6_HLEN:
+        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    return seg6_ip6_inner(c, p, NULL if in6_is_zero(s.nh6) else s.nh6, -1, False, False)
+
+
+cdef int end_dt6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    if not decap_and_validate(c, p, 41) or p.l3len < IP6_HLEN:
+        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    return seg6_ip6_inner(c, p, NULL, s.slot6, True, True)
+
+
+cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    cdef uint32_t nh4
+    if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
+        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    p.family = 4
+    nh4 = rd32(s.nh4)
+    return ip4_route_input(c, p, nh4 if nh4 else rd32(p.row + p.l3 + 16), -1)
+
+
+cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    """End.DT4 in VRF mode without a VRF device: the inner packet is looked
+    up in the vrftable (local routes deliver)."""
+    if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
+        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    p.family = 4
+    if s.slot4 < 0:
+        set_drop(p, R_NO_ROUTE)
+        return -1
+    return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), s.slot4)
+
+
+cdef int end_dt46(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    cdef int32_t off = 0
+    cdef int nh = ipv6_find_hdr(p.row + p.l3, p.l3len, -1, False, &off)
+    if nh == 4:
+        return end_dt4(c, p, s)
+    if nh == 41:
+        return end_dt6(c, p, s)
+    set_drop(p, R_INNER_MISSING)
+    return -1
+
+
+cdef int end_dx2(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    """End.DX2: the inner Ethernet frame leaves on oif as it is."""
+    cdef const fp_dev* odev
+    cdef const uint8_t* eth
+    if not decap_and_validate(c, p, 143) or p.l3len < 14:
+        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    eth = p.row + p.l3
+    if rd16(eth + 12) < 0x0600:              # eth_proto_is_802_3
+        set_drop(p, R_INNER_MISSING)
+        return -1
+    odev = dev_get(c, s.oif)
+    if odev == NULL or not (odev.flags & DEVF_ETHER):
+        set_drop(p, R_NOT_ETHERNET)
+        return -1
+    if not (odev.flags & DEVF_UP):
+        set_drop(p, R_INTERFACE_DOWN)
+        return -1
+    if <uint32_t>(p.l3len - 14) > odev.mtu:
+        set_drop(p, R_PKT_TOO_BIG)
+        return -1
+    p.verdict = V_FORWARD
+    p.reason = R_NONE
+    p.oif = s.oif
+    p.l2_done = True
+    return 0
+
+
+cdef bint srh_insert_source(const ctx_t* c, pkt_t* p, uint32_t dev_ifindex, uint8_t* out) noexcept nogil:
+    """set_tun_src(): ip sr tunsrc, else source selection on the device."""
+    if c.has_tunsrc:
+        memcpy(out, c.tunsrc, 16)
+        return True
+    return ipv6_get_saddr(c, dev_ifindex, p.row + p.l3 + 24, out)
+
+
+cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept nogil:
+    """End.B6 (seg6_do_srh_inline): insert the policy's SRH after the IPv6
+    header without advancing the packet's own SRH; segments[0] = the DA,
+    DA = segments[last entry]."""
+    cdef int32_t srhoff = end_get_srh(c, p)
+    cdef int32_t hl = s.srh_len
+    cdef uint8_t* ip6
+    cdef uint8_t* isrh
+    if srhoff < 0:
+        set_drop(p, p.reason)
+        return -1
+    if (isrh_has_hmac(c, s)):
+        set_drop(p, R_NOT_SUPPORTED)
+        return -1
+    if not make_headroom(c, p, hl + 22):
+        set_drop(p, R_NO_HEADROOM)
+        return -1
+    memmove(p.row + p.l3 - hl, p.row + p.l3, IP6_HLEN)
+    p.l3 -= hl
+    p.l3len += hl
+    ip6 = p.row + p.l3
+    isrh = ip6 + IP6_HLEN
+    memcpy(isrh, c.srh_blob + s.srh_off, hl)
+    isrh[0] = ip6[6]
+    ip6[6] = NEXTHDR_ROUTING
+    memcpy(isrh + 8, ip6 + 24, 16)
+    memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
+    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
+
+
+cdef inline bint isrh_has_hmac(const ctx_t* c, const fp_s6l* s) noexcept nogil:
+    return s.srh_len >= 8 and (c.srh_blob[s.srh_off + 5] & 0x08) != 0
+
+
+cdef int end_b6_encap(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept nogil:
+    """End.B6.Encaps: advance, then seg6_do_srh_encap(): an outer IPv6 header
+    (traffic class, flow label per seg6_flowlabel, hop limit of the inner)
+    and the policy's SRH; source from ip sr tunsrc or the route's device."""
+    cdef int32_t srhoff = end_get_srh(c, p)
+    cdef int32_t hl = s.srh_len, tot = IP6_HLEN + s.srh_len
+    cdef uint8_t* ip6
+    cdef uint8_t* inner
+    cdef uint8_t* isrh
+    cdef uint32_t flow
+    cdef const fp_nh* rnh
+    if srhoff < 0:
+        set_drop(p, p.reason)
+        return -1
+    if isrh_has_hmac(c, s):
+        set_drop(p, R_NOT_SUPPORTED)
+        return -1
+    advance_nextseg(p.row + p.l3, srhoff)
+    if not make_headroom(c, p, tot + 22):
+        set_drop(p, R_NO_HEADROOM)
+        return -1
+    inner = p.row + p.l3
+    if c.seg6_flowlabel > 0:
+        flow = flow_hash6(inner)
+        flow = ((flow << 16) | (flow >> 16)) & 0xFFFFF
+    elif c.seg6_flowlabel == 0:
+        flow = rd32(inner) & 0xFFFFF
+    else:
+        flow = 0
+    p.l3 -= tot
+    p.l3len += tot
+    ip6 = p.row + p.l3
+    wr32(ip6, 0x60000000u | ((rd32(inner) & 0x0FF00000u)) | flow)
+    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    ip6[6] = NEXTHDR_ROUTING
+    ip6[7] = inner[7]
+    isrh = ip6 + IP6_HLEN
+    memcpy(isrh, c.srh_blob + s.srh_off, hl)
+    isrh[0] = 41
+    memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
+    rnh = dst_nexthop(c, d, 0)
+    if not srh_insert_source(c, p, rnh.oif if rnh != NULL else 0, ip6 + 8):
+        set_drop(p, R_NO_SOURCE_ADDRESS)
+        return -1
+    return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
+
+
+cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
+    """seg6_local_input_core(): the behaviour of the route, then the
+    per-route counters (packets and bytes before processing, or errors)."""
+    cdef const fp_s6l* s
+    cdef int32_t len0 = p.l3len
+    cdef int rc
+    if d.encap >= c.ns6l:
+        set_drop(p, R_NOT_SUPPORTED)
+        return -1
+    p.depth += 1
+    if p.depth > MAX_SEG6LOCAL_DEPTH:
+        set_drop(p, R_SEG6_LOOP)
+        return -1
+    s = &c.s6l[d.encap]
+    if s.flavors and (s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T):
+        rc = end_flavors(c, p, s)
+    elif s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T:
+        rc = end_core(c, p, s)
+    elif s.action == S6_END_DX6:
+        rc = end_dx6(c, p, s)
+    elif s.action == S6_END_DX4:
+        rc = end_dx4(c, p, s)
+    elif s.action == S6_END_DT6:
+        rc = end_dt6(c, p, s)
+    elif s.action == S6_END_DT4:
+        rc = end_dt4(c, p, s)
+    elif s.action == S6_END_DT46:
+        rc = end_dt46(c, p, s)
+    elif s.action == S6_END_DX2:
+        rc = end_dx2(c, p, s)
+    elif s.action == S6_END_B6:
+        rc = end_b6(c, p, s, d)
+    elif s.action == S6_END_B6_ENCAP:
+        rc = end_b6_encap(c, p, s, d)
+    else:
+        set_drop(p, R_NOT_SUPPORTED)
+        rc = -1
+    if s.count and c.s6l_counters != NULL:
+        if rc == 0:
+            c.s6l_counters[3 * d.encap] += 1
+            c.s6l_counters[3 * d.encap + 1] += len0
+        else:
+            c.s6l_counters[3 * d.encap + 2] += 1
+    return rc
 
 
 # ---------------------------------------------------------------------------
@@ -905,7 +1517,7 @@ cdef inline bint ip4_martian(uint32_t a) noexcept nogil:
     return (a >> 24) == 0 or (a >> 24) == 127 or (a >> 28) == 0xE or a == 0xFFFFFFFFu
 
 
-cdef void ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
+cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """ip_forward() after a unicast input route was found."""
     cdef uint8_t* ip4 = p.row + p.l3
     cdef const fp_nh* nh = dst_nexthop(c, d, flow_hash4(ip4))
@@ -913,20 +1525,20 @@ cdef void ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     cdef uint32_t mtu, check
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
-        return
+        return -1
     odev = dev_get(c, nh.oif)
     if odev == NULL or not (odev.flags & DEVF_UP):
         set_drop(p, R_INTERFACE_DOWN)
-        return
+        return -1
     if ip4[8] <= 1:
         icmp4_send(c, p, ICMP_TIME_EXCEEDED, 0, 0, R_HOP_LIMIT_EXCEEDED, False)
-        return
+        return -1
     mtu = d.mtu if d.mtu else odev.mtu
     cdef bint frag = False
     if <uint32_t>p.l3len > mtu:
         if rd16(ip4 + 6) & 0x4000:
             icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, R_PKT_TOO_BIG, False)
-            return
+            return -1
         # DF clear: ip_fragment() after the TTL decrement; the fragments are
         # cut by Router.process (slow path, as in the kernel)
         frag = True
@@ -945,15 +1557,13 @@ cdef void ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         memcpy(p.nexthop, nh.gw, 4)
     else:
         memcpy(p.nexthop, ip4 + 16, 4)
+    return 0
 
 
 cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
     """ip_rcv_core() then ip_route_input_slow() and the route's input."""
     cdef uint8_t* ip4 = p.row + p.l3
     cdef int32_t ihl, tot
-    cdef uint32_t saddr, daddr, rt
-    cdef const fp_dst* d
-    cdef const fp_dev* idev
     if p.l3len < IP4_HLEN:
         set_drop(p, R_TRUNCATED)
         return
@@ -981,53 +1591,67 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
     if ihl > IP4_HLEN:
         set_drop(p, R_NOT_SUPPORTED)     # IP options: not modelled yet
         return
-    saddr = rd32(ip4 + 12)
-    daddr = rd32(ip4 + 16)
+    ip4_route_input(c, p, rd32(ip4 + 16), -1)
+
+
+cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexcept nogil:
+    """ip_route_input(skb, daddr, saddr, ...) then dst_input(): martian
+    checks, the lookup (through the rules, or in one table when ``slot`` >= 0:
+    End.DT4's table), then forward, deliver or ip_error().  Returns 0, or -1
+    where the kernel's return code is an error."""
+    cdef uint8_t* ip4 = p.row + p.l3
+    cdef uint32_t saddr = rd32(ip4 + 12)
+    cdef uint32_t rt, v
+    cdef const fp_dst* d
+    cdef const fp_dev* idev
     # ip_route_input_slow: martians
     if (daddr >> 28) == 0xE:
         set_drop(p, R_MULTICAST)
-        return
+        return -1
     if (saddr >> 28) == 0xE or saddr == 0xFFFFFFFFu:
         set_drop(p, R_SADDR_INVALID)
-        return
+        return -1
     if daddr == 0xFFFFFFFFu or (saddr == 0 and daddr == 0):
         p.verdict = V_LOCAL              # limited broadcast
         p.reason = R_NONE
-        return
+        return 0
     if (saddr >> 24) == 0 or (saddr >> 24) == 127:
         set_drop(p, R_SADDR_INVALID)
-        return
+        return -1
     if (daddr >> 24) == 0 or (daddr >> 24) == 127:
         set_drop(p, R_DADDR_INVALID)
-        return
-    rt = fib4_lookup(c, daddr, saddr, p.iif)
+        return -1
+    if slot >= 0:
+        v = lpm4_lookup(c.lpm4[slot].tbl24, c.lpm4[slot].groups, daddr) if <uint32_t>slot < c.nlpm4 else 0
+        rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
+    else:
+        rt = fib4_lookup(c, daddr, saddr, p.iif)
     p.dst = rt
     d = &c.dsts[rt]
     if d.flags & DSTF_DEAD:
         set_drop(p, R_ROUTE_DEAD)
-        return
+        return -1
     if d.type == RTN_BROADCAST or d.type == RTN_LOCAL:
         p.verdict = V_LOCAL
         p.reason = R_NONE
-        return
+        return 0
     idev = dev_get(c, p.iif)
     if d.type == RTN_UNICAST:
         if d.encap_type != ENCAP_NONE:
             set_drop(p, R_NOT_SUPPORTED)     # seg6 headend: not in this datapath yet
-            return
+            return -1
         # fib_validate_source (rp_filter off): a local source is a martian
         if is_local_addr(c, 4, ip4 + 12):
             set_drop(p, R_SADDR_INVALID)
-            return
+            return -1
         if idev == NULL or not (idev.flags & DEVF_FWD4):
             # not forwarding: EHOSTUNREACH, and ip_error sends nothing
             set_drop(p, R_FORWARDING_DISABLED)
-            return
-        ip_forward(c, p, d)
-        return
+            return 0
+        return ip_forward(c, p, d)
     if idev == NULL or not (idev.flags & DEVF_FWD4):
         set_drop(p, R_FORWARDING_DISABLED if d.type != RTN_BLACKHOLE else R_BLACKHOLE)
-        return
+        return 0
     # ip_error()
     if d.type == RTN_BLACKHOLE:
         set_drop(p, R_BLACKHOLE)
@@ -1037,8 +1661,10 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
         icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH, 0, R_UNREACHABLE, False)
     elif d.type == RTN_MULTICAST or d.type == RTN_ANYCAST:
         set_drop(p, R_DADDR_INVALID)
+        return -1
     else:
         icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_NET_UNREACH, 0, R_NO_ROUTE, False)
+    return 0
 
 
 # ---------------------------------------------------------------------------
@@ -1120,6 +1746,9 @@ cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
     p.reason = R_NONE
     p.oif = 0
     p.dst = 0xFFFFFFFFu
+    p.has_known_nh = False
+    p.l2_done = False
+    p.depth = 0
     memset(p.nexthop, 0, 16)
     if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
         set_drop(p, R_TRUNCATED)
@@ -1146,7 +1775,9 @@ cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
             return
         ip4_input(c, p)
     if p.verdict == V_FORWARD or p.verdict == V_ICMP:
-        if c.linktype == LINK_ETHERNET:
+        if p.l2_done:
+            p.l2len = 0
+        elif c.linktype == LINK_ETHERNET:
             l2_build(c, p)
         else:
             p.l2len = 0
@@ -1162,6 +1793,7 @@ cdef class Datapath:
     cdef fp_lpm[256] lpm6_buf
     cdef fp_lpm[256] lpm4_buf
     cdef uint64_t[R_COUNT] reasons
+    cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
 
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ctx_t))
@@ -1169,8 +1801,9 @@ cdef class Datapath:
         self.c.reason_count = self.reasons
         self.refs = []
 
-    def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4,
-             uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit):
+    def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob,
+             hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
+             tunsrc=None, int seg6_flowlabel=0):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
@@ -1178,8 +1811,8 @@ cdef class Datapath:
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
-        refs = [dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4]
-        for name, arr, size in (("dsts", dsts, sizeof(fp_dst)), ("nhs", nhs, sizeof(fp_nh)),
+        refs = [dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob, hmac_keys]
+        for name, arr, size in (("s6l", s6l, sizeof(fp_s6l)),("dsts", dsts, sizeof(fp_dst)), ("nhs", nhs, sizeof(fp_nh)),
                                 ("devs", devs, sizeof(fp_dev)), ("addrs", addrs, sizeof(fp_addr)),
                                 ("neighs", neighs, sizeof(fp_neigh)), ("rules6", rules6, sizeof(fp_rule)),
                                 ("rules4", rules4, sizeof(fp_rule))):
@@ -1214,6 +1847,34 @@ cdef class Datapath:
         self.c.nlpm6 = len(lpm6)
         self.c.lpm4 = self.lpm4_buf
         self.c.nlpm4 = len(lpm4)
+        if (not isinstance(srh_blob, np.ndarray) or srh_blob.dtype != np.uint8 or srh_blob.ndim != 1
+                or len(srh_blob) == 0):
+            raise TypeError("srh_blob: expected a non-empty uint8 array")
+        if not isinstance(hmac_keys, np.ndarray) or hmac_keys.dtype != np.uint32 or len(hmac_keys) == 0:
+            raise TypeError("hmac_keys: expected a non-empty uint32 array")
+        for k in range(len(s6l)):
+            if s6l[k, 20:24].view(np.uint32)[0] + s6l[k, 24:26].view(np.uint16)[0] > len(srh_blob):
+                raise ValueError("s6l: SRH template outside the blob")
+        self.c.s6l = <const fp_s6l*>cnp.PyArray_DATA(s6l)
+        old = self.s6l_counters
+        counters = np.zeros((max(len(s6l), 1), 3), dtype=np.uint64)
+        if old is not None:
+            m = min(len(old), len(counters))
+            counters[:m] = old[:m]
+        self.s6l_counters = counters
+        self.c.s6l_counters = <uint64_t*>cnp.PyArray_DATA(counters)
+        self.c.ns6l = len(s6l)
+        self.c.srh_blob = <const uint8_t*>cnp.PyArray_DATA(srh_blob)
+        self.c.hmac_keys = <const uint32_t*>cnp.PyArray_DATA(hmac_keys)
+        self.c.nhmac = len(hmac_keys) - 1        # the last entry is a sentinel
+        self.c.has_tunsrc = tunsrc is not None
+        if tunsrc is not None:
+            tb = bytes(tunsrc)
+            if len(tb) != 16:
+                raise ValueError("tunsrc must be 16 bytes")
+            for k in range(16):
+                self.c.tunsrc[k] = tb[k]
+        self.c.seg6_flowlabel = seg6_flowlabel
         self.c.lo_ifindex = lo_ifindex
         self.c.fwd6 = fwd6
         self.c.ip_default_ttl = ip_default_ttl
@@ -1285,11 +1946,18 @@ cdef class Datapath:
 
     def reset_counters(self):
         memset(self.reasons, 0, sizeof(self.reasons))
+        if self.s6l_counters is not None:
+            self.s6l_counters[...] = 0
+
+    def seg6local_counters(self):
+        """uint64[n, 3]: packets, bytes, errors per seg6local parameter index."""
+        return self.s6l_counters.copy()
 
     @staticmethod
     def record_sizes():
         return {"dst": sizeof(fp_dst), "nh": sizeof(fp_nh), "dev": sizeof(fp_dev),
                 "addr": sizeof(fp_addr), "rule": sizeof(fp_rule), "neigh": sizeof(fp_neigh),
+                "s6l": sizeof(fp_s6l),
                 "reasons": R_COUNT}
 
 

@@ -50,7 +50,14 @@ cdef enum:
     R_NO_HEADROOM = 24
     R_HBH_OPTION = 25
     R_FRAGMENTED = 26
-    R_COUNT = 27
+    R_SRH_SL_NONZERO = 27
+    R_HMAC_INVALID = 28
+    R_INNER_MISSING = 29
+    R_SRH_POP_REFUSED = 30
+    R_NOT_ETHERNET = 31
+    R_NO_SOURCE_ADDRESS = 32
+    R_SEG6_LOOP = 33
+    R_COUNT = 34
 
 # --- route types (uapi RTN_*) ----------------------------------------------
 cdef enum:
@@ -96,6 +103,7 @@ cdef enum:
     DEVF_FWD4 = 4
     DEVF_SEG6 = 8
     DEVF_LOOPBACK = 16
+    DEVF_ETHER = 32              # an Ethernet device (End.DX2 may send on it)
 
 # nh.flags
 cdef enum:
@@ -180,6 +188,44 @@ ctypedef struct fp_neigh:        # 32 bytes
     uint8_t family               # 20
     uint8_t mac[6]               # 21
     uint8_t pad[5]               # 27
+
+ctypedef struct fp_s6l:          # 64 bytes: one seg6local route's parameters
+    uint8_t action               # 0   SEG6_LOCAL_ACTION_* (uapi numbers)
+    uint8_t flavors              # 1   FLV_* bits
+    uint8_t lblen                # 2   NEXT-C-SID locator-block length (bits)
+    uint8_t nflen                # 3   NEXT-C-SID node-function length (bits)
+    uint32_t oif                 # 4   ifindex (0: none)
+    int32_t slot6                # 8   LPM slot of table/vrftable, IPv6 (-1: no such table)
+    int32_t slot4                # 12  LPM slot of vrftable, IPv4 (-1: no such table)
+    uint32_t table               # 16  table / vrftable id
+    uint32_t srh_off             # 20  the SRH template of End.B6*, in the SRH blob
+    uint16_t srh_len             # 24
+    uint8_t count                # 26  per-route counters on
+    uint8_t pad0                 # 27
+    uint8_t nh6[16]              # 28
+    uint8_t nh4[4]               # 44
+    uint8_t pad[16]              # 48
+
+# fp_s6l.flavors
+cdef enum:
+    FLV_PSP = 1
+    FLV_USP = 2
+    FLV_USD = 4
+    FLV_NEXT_CSID = 8
+
+# seg6local actions (uapi SEG6_LOCAL_ACTION_*)
+cdef enum:
+    S6_END = 1
+    S6_END_X = 2
+    S6_END_T = 3
+    S6_END_DX2 = 4
+    S6_END_DX6 = 5
+    S6_END_DX4 = 6
+    S6_END_DT6 = 7
+    S6_END_DT4 = 8
+    S6_END_B6 = 9
+    S6_END_B6_ENCAP = 10
+    S6_END_DT46 = 16
 
 ctypedef struct fp_lpm:          # one table's LPM arrays (process-local pointers)
     const uint32_t* tbl24
