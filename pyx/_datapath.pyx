@@ -1281,6 +1281,8 @@ cdef int end_usd(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     if nh == 4 and p.l3len - off >= IP4_HLEN:
         p.l3 += off
         p.l3len -= off
+        if not inner_ip4_ok(p):
+            return -1
         p.family = 4
         return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1)
     set_drop(p, R_INNER_MISSING)
@@ -1311,10 +1313,23 @@ cdef int end_dt6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     return seg6_ip6_inner(c, p, NULL, s.slot6, True, True)
 
 
+cdef inline bint inner_ip4_ok(pkt_t* p) noexcept nogil:
+    """What the kernel requires of a decapsulated IPv4 header before it
+    forwards it (observed: version 4, IHL >= 5, the header within the
+    packet; the checksum and total length are not checked)."""
+    cdef const uint8_t* ip4 = p.row + p.l3
+    if (ip4[0] >> 4) != 4 or (ip4[0] & 0x0F) < 5 or ((ip4[0] & 0x0F) << 2) > p.l3len:
+        set_drop(p, R_IP_HDR_INVALID)
+        return False
+    return True
+
+
 cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     cdef uint32_t nh4
     if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
         set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    if not inner_ip4_ok(p):
         return -1
     p.family = 4
     nh4 = rd32(s.nh4)
@@ -1326,6 +1341,8 @@ cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     up in the vrftable (local routes deliver)."""
     if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
         set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+        return -1
+    if not inner_ip4_ok(p):
         return -1
     p.family = 4
     if s.slot4 < 0:

@@ -319,9 +319,14 @@ def is_kernel_noise(pkt: bytes) -> bool:
 # --------------------------------------------------------------------------
 # availability
 
+# the tools we run must not inherit a sanitizer runtime preloaded into the
+# test process (the AddressSanitizer stage of CI)
+_CHILD_ENV = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+
+
 def _run(cmd: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0):
     return subprocess.run(list(cmd), input=input if input is not None else b"",
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_CHILD_ENV,
                           start_new_session=True, timeout=timeout, check=False)
 
 
