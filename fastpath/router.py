@@ -113,6 +113,13 @@ class Router:
             batch.length[i] = len(frags[0])
             batch.reason[i] = 0
 
+    def trace(self, packet: bytes, iif: str, linktype: str = "raw"):
+        """The path one packet takes (rules, lookups, behaviour steps,
+        forwarding, verdict): a ``fastpath.trace.Trace`` (print it).  The
+        router's counters count the packet like any other."""
+        from .trace import trace_packet
+        return trace_packet(self, bytes(packet), iif, linktype)
+
     def counters(self) -> dict:
         """Per-reason packet counts since the last reset, and the per-route
         counters of seg6local routes configured with ``count`` (the kernel's
@@ -146,7 +153,17 @@ class Router:
         r = self._tables.dst_routes.get(dst)
         if r is None:
             return f"dst {dst} (none)"
-        return f"{RTN_NAMES[int(self._tables.dsts[dst]['type'])]} {r.prefix} table {r.table}"
+        desc = f"{RTN_NAMES[int(self._tables.dsts[dst]['type'])]} {r.prefix} table {r.table}"
+        if r.encap is not None:
+            enc = r.encap
+            desc += (f" encap seg6local {enc.action}" if hasattr(enc, "action")
+                     else f" encap seg6 mode {enc.mode}")
+        if len(r.nexthops) == 1:
+            nh = r.nexthops[0]
+            desc += (f" via {nh.gw}" if nh.gw is not None else "") + (f" dev {nh.dev}" if nh.dev else "")
+        elif r.nexthops:
+            desc += f" ({len(r.nexthops)} nexthops)"
+        return desc
 
 
 def _ip_checksum(hdr: bytes) -> int:

@@ -77,7 +77,22 @@ DEF ICMP_FRAG_NEEDED = 4
 DEF ICMP_PKT_FILTERED = 13
 
 
+cdef struct tev_t:                # one trace event (Router.trace)
+    uint16_t code
+    uint16_t pad
+    uint32_t a
+    uint32_t b
+    uint8_t addr[16]
+
+
+cdef struct trace_t:
+    uint32_t n
+    uint32_t cap
+    tev_t* ev
+
+
 cdef struct ctx_t:
+    trace_t* trace                # NULL unless tracing (Router.trace)
     fp_dst* dsts
     uint32_t ndst
     const fp_nh* nhs
@@ -134,6 +149,43 @@ cdef struct pkt_t:
     uint8_t known_nh[16]
     bint l2_done                  # End.DX2: the frame already is the L2 frame to send
     int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
+
+
+# trace events (decoded by fastpath/trace.py, which keeps the same numbers)
+cdef enum:
+    T_RULE = 1        # a = rule index, b = table (0 for a rule action)
+    T_LOOKUP = 2      # a = table, b = route entry (0: miss); addr = key
+    T_ROUTE = 3       # a = route entry, b = family; addr = key
+    T_S6L = 4         # a = action, b = parameter index
+    T_SRH = 5         # a = SRH offset, b = segments left
+    T_ADVANCE = 6     # a = new segments left; addr = new DA
+    T_CSID = 7        # addr = new DA
+    T_POP = 8         # a = SRH length, b = 1 PSP / 2 USP
+    T_DECAP = 9       # a = inner protocol, b = bytes removed
+    T_INSERT = 10     # a = SRH length; addr = new DA
+    T_ENCAP = 11      # a = outer headers length; addr = new DA
+    T_FORWARD = 12    # a = oif, b = hop limit / TTL after; addr = nexthop
+    T_ICMP = 13       # a = type, b = code; addr = destination
+    T_VERDICT = 14    # a = verdict, b = reason
+    T_TABLE = 15      # a = LPM slot, b = route entry; addr = key
+    T_INPUT = 16      # a = family, b = length
+    T_ICMP_DUE = 17   # a = type, b = code: an error is due, its route is looked up next
+
+
+cdef inline void tr(const ctx_t* c, uint16_t code, uint32_t a, uint32_t b,
+                    const uint8_t* addr) noexcept nogil:
+    """Record a trace event; free (one predictable branch) when not tracing."""
+    cdef trace_t* t = c.trace
+    if t == NULL or t.n >= t.cap:
+        return
+    t.ev[t.n].code = code
+    t.ev[t.n].a = a
+    t.ev[t.n].b = b
+    if addr != NULL:
+        memcpy(t.ev[t.n].addr, addr, 16)
+    else:
+        memset(t.ev[t.n].addr, 0, 16)
+    t.n += 1
 
 
 # ---------------------------------------------------------------------------
@@ -247,10 +299,12 @@ cdef uint32_t fib6_lookup(const ctx_t* c, const uint8_t* daddr, const uint8_t* s
         r = &c.rules6[k]
         if not rule_match(r, saddr, daddr, iif):
             continue
+        tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:
             if r.slot < 0 or <uint32_t>r.slot >= c.nlpm6:
                 continue
             v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
+            tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
             if v == 0 or v >= c.ndst:
                 continue
             if c.dsts[v].type == RTN_THROW:
@@ -278,10 +332,12 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
         r = &c.rules4[k]
         if not rule_match(r, s, d, iif):
             continue
+        tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:
             if r.slot < 0 or <uint32_t>r.slot >= c.nlpm4:
                 continue
             v = lpm4_lookup(c.lpm4[r.slot].tbl24, c.lpm4[r.slot].groups, daddr)
+            tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, d)
             if v == 0 or v >= c.ndst:
                 continue
             if c.dsts[v].type == RTN_THROW:
@@ -505,6 +561,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     memcpy(osrc, ip6 + 8, 16)
     memcpy(odst, ip6 + 24, 16)
     p.reason = reason
+    tr(c, T_ICMP_DUE, type, code, osrc)
     if is_local_addr(c, 6, odst):
         memcpy(saddr, odst, 16)
         have_saddr = True
@@ -582,6 +639,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     s += NEXTHDR_ICMP6
     s = csum_add(s, h + 40, plen + ICMP_HLEN)
     wr16(h + 42, csum_fold(s))
+    tr(c, T_ICMP, type, code, osrc)
     p.verdict = V_ICMP
     p.dst = rt
     if d.type == RTN_LOCAL:
@@ -613,6 +671,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     cdef uint8_t ttl
     cdef uint8_t it
     p.reason = reason
+    tr(c, T_ICMP_DUE, type, code, NULL)
     # no errors about fragments other than the first, or about ICMP errors
     if (rd16(ip4 + 6) & 0x1FFF) != 0:
         set_drop(p, reason)
@@ -687,6 +746,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     wr16(h + 22, 0)
     wr32(h + 24, info)
     wr16(h + 22, csum_fold(csum_add(0, h + 20, plen + ICMP_HLEN)))
+    tr(c, T_ICMP, type, code, h + 16)
     p.verdict = V_ICMP
     p.dst = rt
     memset(p.nexthop, 0, 16)
@@ -843,6 +903,7 @@ cdef int ip6_forward_out(ctx_t* c, pkt_t* p, uint32_t route_mtu, uint32_t oif,
         memcpy(p.nexthop, p.known_nh, 16)
     else:
         memcpy(p.nexthop, ip6 + 24, 16)
+    tr(c, T_FORWARD, oif, ip6[7], p.nexthop)
     return 0
 
 
@@ -907,6 +968,7 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
     d = &c.dsts[rt]
     if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6LOCAL and not (d.flags & DSTF_DEAD):
         p.dst = rt
+        tr(c, T_ROUTE, rt, 6, NULL)
         seg6local_input(c, p, d)
         return
     if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6:
@@ -924,6 +986,7 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     cdef uint8_t* ip6 = p.row + p.l3
     cdef const fp_dst* d = &c.dsts[rt]
     p.dst = rt
+    tr(c, T_ROUTE, rt, 6, NULL)
     if d.flags & DSTF_DEAD:
         set_drop(p, R_ROUTE_DEAD)
         return -1
@@ -1103,10 +1166,12 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
     if not by_table:
         rt = fib6_lookup(c, daddr, ip6 + 8, p.iif)
     elif slot < 0 or <uint32_t>slot >= c.nlpm6:
+        tr(c, T_TABLE, 0xFFFFFFFFu, DST_IP6_BLACKHOLE, daddr)
         return DST_IP6_BLACKHOLE
     else:
         v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
         rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
+        tr(c, T_TABLE, slot, rt, daddr)
     if not local_delivery and (c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST):
         return DST_IP6_BLACKHOLE
     return rt
@@ -1129,6 +1194,7 @@ cdef bint decap_and_validate(const ctx_t* c, pkt_t* p, int proto) noexcept nogil
         return False
     p.l3 += off
     p.l3len -= off
+    tr(c, T_DECAP, proto, off, NULL)
     return True
 
 
@@ -1225,7 +1291,9 @@ cdef int end_core(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     if srhoff < 0:
         set_drop(p, p.reason)
         return -1
+    tr(c, T_SRH, srhoff, p.row[p.l3 + srhoff + 3], NULL)
     advance_nextseg(p.row + p.l3, srhoff)
+    tr(c, T_ADVANCE, p.row[p.l3 + srhoff + 3], 0, p.row + p.l3 + 24)
     return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
 
 
@@ -1239,6 +1307,7 @@ cdef int end_flavors(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     if s.flavors & FLV_NEXT_CSID:
         if not next_csid_arg_zero(ip6 + 24, s):
             next_csid_advance(ip6 + 24, s)
+            tr(c, T_CSID, 0, 0, ip6 + 24)
             return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
         if not (s.flavors & (FLV_PSP | FLV_USP | FLV_USD)):
             return end_core(c, p, s)
@@ -1256,16 +1325,20 @@ cdef int end_flavors(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
             if not seg6_pop_srh(p, srhoff):
                 set_drop(p, R_SRH_POP_REFUSED)
                 return -1
+            tr(c, T_POP, srhoff, 2, NULL)
             p.verdict = V_LOCAL       # the upper layer of this node processes it
             p.reason = R_NONE
             return 0
         set_drop(p, R_SRH_SL_ZERO)
         return -1
+    tr(c, T_SRH, srhoff, ip6[srhoff + 3], NULL)
     advance_nextseg(ip6, srhoff)
+    tr(c, T_ADVANCE, ip6[srhoff + 3], 0, ip6 + 24)
     if ip6[srhoff + 3] == 0 and (s.flavors & FLV_PSP):
         if not seg6_pop_srh(p, srhoff):
             set_drop(p, R_SRH_POP_REFUSED)
             return -1
+        tr(c, T_POP, srhoff, 1, NULL)
     return end_finish(c, p, s, s.nh6 if s.action == S6_END_X else NULL)
 
 
@@ -1426,6 +1499,7 @@ cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept n
     memcpy(isrh + 8, ip6 + 24, 16)
     memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
     wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    tr(c, T_INSERT, hl, 0, ip6 + 24)
     return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
 
 
@@ -1477,6 +1551,7 @@ cdef int end_b6_encap(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noex
     if not srh_insert_source(c, p, rnh.oif if rnh != NULL else 0, ip6 + 8):
         set_drop(p, R_NO_SOURCE_ADDRESS)
         return -1
+    tr(c, T_ENCAP, tot, 0, ip6 + 24)
     return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
 
 
@@ -1494,6 +1569,7 @@ cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         set_drop(p, R_SEG6_LOOP)
         return -1
     s = &c.s6l[d.encap]
+    tr(c, T_S6L, s.action, d.encap, NULL)
     if s.flavors and (s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T):
         rc = end_flavors(c, p, s)
     elif s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T:
@@ -1574,6 +1650,7 @@ cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         memcpy(p.nexthop, nh.gw, 4)
     else:
         memcpy(p.nexthop, ip4 + 16, 4)
+    tr(c, T_FORWARD, nh.oif, ip4[8], p.nexthop)
     return 0
 
 
@@ -1644,6 +1721,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexc
     else:
         rt = fib4_lookup(c, daddr, saddr, p.iif)
     p.dst = rt
+    tr(c, T_ROUTE, rt, 4, NULL)
     d = &c.dsts[rt]
     if d.flags & DSTF_DEAD:
         set_drop(p, R_ROUTE_DEAD)
@@ -1781,6 +1859,7 @@ cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
     if p.l3len < 1:
         set_drop(p, R_TRUNCATED)
         return
+    tr(c, T_INPUT, p.family, p.l3len, NULL)
     if p.family == 6:
         if (p.row[p.l3] >> 4) != 6:
             set_drop(p, R_NOT_IP)
@@ -1947,6 +2026,7 @@ cdef class Datapath:
                     free(buf)
                 else:
                     process_one(&self.c, &p)
+                tr(&self.c, T_VERDICT, p.verdict, p.reason, NULL)
                 start[i] = p.start
                 length[i] = p.length
                 l2len[i] = p.l2len
@@ -1957,6 +2037,28 @@ cdef class Datapath:
                 dst[i] = p.dst
                 if p.reason < R_COUNT:
                     self.reasons[p.reason] += 1
+
+    def trace(self, uint8_t[:, ::1] data, int32_t[::1] start, int32_t[::1] length,
+              uint16_t[::1] l2len, uint32_t[::1] iif, uint32_t[::1] oif,
+              uint8_t[:, ::1] nexthop, uint8_t[::1] verdict, uint16_t[::1] reason,
+              uint32_t[::1] dst, int linktype, int max_events=256):
+        """process() with the trace buffer on: returns, for the batch, the
+        list of events (code, a, b, addr bytes) in the order they happened."""
+        cdef trace_t t
+        cdef tev_t* ev = <tev_t*>malloc(sizeof(tev_t) * max_events)
+        if ev == NULL:
+            raise MemoryError()
+        t.n = 0
+        t.cap = max_events
+        t.ev = ev
+        self.c.trace = &t
+        try:
+            self.process(data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                         linktype)
+            return [(ev[k].code, ev[k].a, ev[k].b, bytes(ev[k].addr[:16])) for k in range(t.n)]
+        finally:
+            self.c.trace = NULL
+            free(ev)
 
     def reason_counts(self):
         return np.array([self.reasons[k] for k in range(R_COUNT)], dtype=np.uint64)
