@@ -85,14 +85,14 @@ class Router:
             except KeyError as e:
                 raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
             batch.iif_names = None
-        batch.ifnames = dict(t.ifnames)
-        batch.fragments.clear()
-        self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
-                         batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
-                         LINKTYPES[batch.linktype])
-        frag = np.flatnonzero(batch.reason == REASON_IDS["fragmented"])
-        if frag.size:
-            self._fragment(batch, frag)
+        batch.ifnames = t.ifnames             # replaced, never mutated, on reconfigure
+        if batch.fragments:
+            batch.fragments.clear()
+        nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
+                                 batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
+                                 LINKTYPES[batch.linktype])
+        if nfrag:
+            self._fragment(batch, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch
 
     def _fragment(self, batch, idx):

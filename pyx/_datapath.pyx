@@ -91,8 +91,21 @@ cdef struct trace_t:
     tev_t* ev
 
 
+DEF RCACHE_BITS = 10
+DEF RCACHE_SIZE = 1024            # route cache entries (1 << RCACHE_BITS); 24 KiB, stays in L1/L2
+
+
+cdef struct rcache_t:             # one entry of the per-worker IPv6 route cache
+    uint8_t daddr[16]
+    uint32_t dst
+    uint32_t gen                  # 0: empty; else the generation of the tables it was filled from
+
+
 cdef struct ctx_t:
     trace_t* trace                # NULL unless tracing (Router.trace)
+    rcache_t* rcache              # per-worker cache of fib6_lookup results by destination
+    uint32_t rcache_gen           # bumped by every load(): a reconfiguration empties the cache
+    bint rcache_on                # only while no IPv6 rule selects on source or iif
     fp_dst* dsts
     uint32_t ndst
     const fp_nh* nhs
@@ -192,6 +205,16 @@ cdef inline void tr(const ctx_t* c, uint16_t code, uint32_t a, uint32_t b,
 # small helpers
 # ---------------------------------------------------------------------------
 
+cdef inline bint eq16(const uint8_t* a, const uint8_t* b) noexcept nogil:
+    """16-byte equality as two 64-bit compares (libc memcmp is a call)."""
+    cdef uint64_t a0, a1, b0, b1
+    memcpy(&a0, a, 8)
+    memcpy(&a1, a + 8, 8)
+    memcpy(&b0, b, 8)
+    memcpy(&b1, b + 8, 8)
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0
+
+
 cdef inline bint in6_is_zero(const uint8_t* a) noexcept nogil:
     cdef int k
     for k in range(16):
@@ -288,8 +311,42 @@ cdef inline bint rule_match(const fp_rule* r, const uint8_t* saddr, const uint8_
     return True
 
 
-cdef uint32_t fib6_lookup(const ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
-                          uint32_t iif) noexcept nogil:
+cdef inline uint32_t fib6_lookup(const ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                                 uint32_t iif) noexcept nogil:
+    """fib6_rule_lookup(), through the per-worker route cache.
+
+    While no IPv6 rule selects on source address or ingress interface, the
+    result depends on the destination alone, so it is cached by destination
+    (two-way set associative; a new table generation empties it).  The cache changes
+    how fast, never what: a hit returns what the walk returned.  Traces walk
+    the rules every time."""
+    cdef uint64_t a, b, h
+    cdef rcache_t* e
+    cdef uint32_t rt
+    if not c.rcache_on or c.trace != NULL:
+        return fib6_walk(c, daddr, saddr, iif)
+    memcpy(&a, daddr, 8)
+    memcpy(&b, daddr + 8, 8)
+    h = a * 0x9E3779B97F4A7C15ULL
+    h ^= (b * 0xC2B2AE3D27D4EB4FULL) >> 17 | (b * 0xC2B2AE3D27D4EB4FULL) << 47
+    h ^= h >> 29
+    h *= 0x94D049BB133111EBULL
+    # two-way set associative: the pair (2k, 2k + 1), most recent first
+    e = &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
+    if e[0].gen == c.rcache_gen and eq16(e[0].daddr, daddr):
+        return e[0].dst
+    if e[1].gen == c.rcache_gen and eq16(e[1].daddr, daddr):
+        return e[1].dst
+    rt = fib6_walk(c, daddr, saddr, iif)
+    e[1] = e[0]
+    memcpy(e[0].daddr, daddr, 16)
+    e[0].dst = rt
+    e[0].gen = c.rcache_gen
+    return rt
+
+
+cdef uint32_t fib6_walk(const ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                        uint32_t iif) noexcept nogil:
     """fib6_rule_lookup: walk the rules by preference; a table miss (the null
     entry) or a throw route goes on to the next rule; no match at all gives
     ip6_null_entry."""
@@ -1821,7 +1878,8 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
     f = p.row + p.l3 - l2
     memset(f, 0, 6)
     for k in range(c.nneigh):
-        if c.neighs[k].ifindex == p.oif and c.neighs[k].family == p.family and memcmp(c.neighs[k].addr, p.nexthop, n) == 0:
+        if (c.neighs[k].ifindex == p.oif and c.neighs[k].family == p.family
+                and (eq16(c.neighs[k].addr, p.nexthop) if n == 16 else memcmp(c.neighs[k].addr, p.nexthop, 4) == 0)):
             memcpy(f, c.neighs[k].mac, 6)
             break
     if odev != NULL:
@@ -1890,11 +1948,14 @@ cdef class Datapath:
     cdef fp_lpm[256] lpm4_buf
     cdef uint64_t[R_COUNT] reasons
     cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
+    cdef rcache_t[RCACHE_SIZE] rcache_buf
 
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ctx_t))
         memset(self.reasons, 0, sizeof(self.reasons))
+        memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
         self.c.reason_count = self.reasons
+        self.c.rcache = self.rcache_buf
         self.refs = []
 
     def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob,
@@ -1971,42 +2032,82 @@ cdef class Datapath:
             for k in range(16):
                 self.c.tunsrc[k] = tb[k]
         self.c.seg6_flowlabel = seg6_flowlabel
+        # the route cache: valid for these tables only; keyed by destination
+        # only, so off when a rule looks at the source or the interface
+        self.c.rcache_gen += 1
+        if self.c.rcache_gen == 0:
+            memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
+            self.c.rcache_gen = 1
+        r6 = rules6.reshape(-1, sizeof(fp_rule)) if len(rules6) else rules6
+        self.c.rcache_on = not any(int(r6[k, 9]) or int(r6[k, 11]) for k in range(len(r6)))
         self.c.lo_ifindex = lo_ifindex
         self.c.fwd6 = fwd6
         self.c.ip_default_ttl = ip_default_ttl
         self.c.hop_limit = hop_limit
         self.refs = refs
 
-    def process(self, uint8_t[:, ::1] data, int32_t[::1] start, int32_t[::1] length,
-                uint16_t[::1] l2len, uint32_t[::1] iif, uint32_t[::1] oif,
-                uint8_t[:, ::1] nexthop, uint8_t[::1] verdict, uint16_t[::1] reason,
-                uint32_t[::1] dst, int linktype):
-        """Run every packet of a batch through the datapath, in place."""
-        cdef Py_ssize_t n = data.shape[0], i
+    def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                int linktype):
+        """Run every packet of a batch through the datapath, in place.  The
+        arrays are the Batch's (fastpath/batch.py documents their dtypes);
+        they are checked with numpy's C macros, not wrapped in memoryviews, so
+        a call costs little more than the packets.  Returns the number of
+        packets left for the IPv4 fragmenter."""
+        cdef Py_ssize_t n, i
         cdef pkt_t p
         cdef uint8_t* base
+        cdef int32_t* st
+        cdef int32_t* ln
+        cdef uint16_t* l2
+        cdef uint32_t* ii
+        cdef uint32_t* oo
+        cdef uint8_t* nh
+        cdef uint8_t* vd
+        cdef uint16_t* rs
+        cdef uint32_t* ds
+        cdef int32_t slot, exact
+        cdef uint8_t* buf
+        cdef Py_ssize_t nfrag = 0
         if self.c.ndst == 0:
             raise RuntimeError("Datapath.load() was not called")
-        if (start.shape[0] != n or length.shape[0] != n or l2len.shape[0] != n or iif.shape[0] != n
-                or oif.shape[0] != n or verdict.shape[0] != n or reason.shape[0] != n or dst.shape[0] != n):
-            raise ValueError("batch metadata arrays must all have one entry per packet")
-        if nexthop.shape[0] != n or nexthop.shape[1] != 16:
+        _check_array(data, "data", cnp.NPY_UINT8, 2, -1)
+        n = cnp.PyArray_DIM(data, 0)
+        _check_array(start, "start", cnp.NPY_INT32, 1, n)
+        _check_array(length, "length", cnp.NPY_INT32, 1, n)
+        _check_array(l2len, "l2len", cnp.NPY_UINT16, 1, n)
+        _check_array(iif, "iif", cnp.NPY_UINT32, 1, n)
+        _check_array(oif, "oif", cnp.NPY_UINT32, 1, n)
+        _check_array(nexthop, "nexthop", cnp.NPY_UINT8, 2, n)
+        if cnp.PyArray_DIM(nexthop, 1) != 16:
             raise ValueError("nexthop must be uint8[N, 16]")
-        if n == 0:
-            return
+        _check_array(verdict, "verdict", cnp.NPY_UINT8, 1, n)
+        _check_array(reason, "reason", cnp.NPY_UINT16, 1, n)
+        _check_array(dst, "dst", cnp.NPY_UINT32, 1, n)
         if linktype != LINK_RAW and linktype != LINK_ETHERNET:
             raise ValueError("unknown link type")
-        self.c.slot = <int32_t>data.shape[1]
+        if n == 0:
+            return 0
+        if not cnp.PyArray_ISWRITEABLE(data):
+            raise ValueError("data must be writeable")
+        slot = <int32_t>cnp.PyArray_DIM(data, 1)
+        self.c.slot = slot
         self.c.linktype = linktype
-        base = &data[0, 0]
-        cdef int32_t slot = self.c.slot, exact
-        cdef uint8_t* buf
+        base = <uint8_t*>cnp.PyArray_DATA(data)
+        st = <int32_t*>cnp.PyArray_DATA(start)
+        ln = <int32_t*>cnp.PyArray_DATA(length)
+        l2 = <uint16_t*>cnp.PyArray_DATA(l2len)
+        ii = <uint32_t*>cnp.PyArray_DATA(iif)
+        oo = <uint32_t*>cnp.PyArray_DATA(oif)
+        nh = <uint8_t*>cnp.PyArray_DATA(nexthop)
+        vd = <uint8_t*>cnp.PyArray_DATA(verdict)
+        rs = <uint16_t*>cnp.PyArray_DATA(reason)
+        ds = <uint32_t*>cnp.PyArray_DATA(dst)
         with nogil:
             for i in range(n):
                 p.row = base + i * slot
-                p.start = start[i]
-                p.length = length[i]
-                p.iif = iif[i]
+                p.start = st[i]
+                p.length = ln[i]
+                p.iif = ii[i]
                 if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
                     # Debug build: run the packet in a heap buffer that ends
                     # exactly where the packet ends, so that any read past
@@ -2027,21 +2128,22 @@ cdef class Datapath:
                 else:
                     process_one(&self.c, &p)
                 tr(&self.c, T_VERDICT, p.verdict, p.reason, NULL)
-                start[i] = p.start
-                length[i] = p.length
-                l2len[i] = p.l2len
-                oif[i] = p.oif
-                memcpy(&nexthop[i, 0], p.nexthop, 16)
-                verdict[i] = p.verdict
-                reason[i] = p.reason
-                dst[i] = p.dst
+                st[i] = p.start
+                ln[i] = p.length
+                l2[i] = p.l2len
+                oo[i] = p.oif
+                memcpy(nh + 16 * i, p.nexthop, 16)
+                vd[i] = p.verdict
+                rs[i] = p.reason
+                ds[i] = p.dst
                 if p.reason < R_COUNT:
                     self.reasons[p.reason] += 1
+                if p.reason == R_FRAGMENTED:
+                    nfrag += 1
+        return nfrag
 
-    def trace(self, uint8_t[:, ::1] data, int32_t[::1] start, int32_t[::1] length,
-              uint16_t[::1] l2len, uint32_t[::1] iif, uint32_t[::1] oif,
-              uint8_t[:, ::1] nexthop, uint8_t[::1] verdict, uint16_t[::1] reason,
-              uint32_t[::1] dst, int linktype, int max_events=256):
+    def trace(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+              int linktype, int max_events=256):
         """process() with the trace buffer on: returns, for the batch, the
         list of events (code, a, b, addr bytes) in the order they happened."""
         cdef trace_t t
@@ -2118,6 +2220,19 @@ def record_offsets():
     neighs = {"addr": <char*>&ne.addr[0] - b, "ifindex": <char*>&ne.ifindex - b,
               "family": <char*>&ne.family - b, "mac": <char*>&ne.mac[0] - b}
     return {"dst": dst, "nh": nhs, "dev": devs, "addr": addrs, "rule": rules, "neigh": neighs}
+
+
+cdef _check_array(object a, str name, int typenum, int ndim, Py_ssize_t n):
+    if not cnp.PyArray_Check(a):
+        raise TypeError(f"{name} must be a numpy array")
+    if (cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum or cnp.PyArray_NDIM(<cnp.ndarray>a) != ndim
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)):
+        raise TypeError(f"{name} must be a C-contiguous {ndim}-d array of "
+                        f"{np.dtype(cnp.PyArray_TypeObjectFromType(typenum)).name}")
+    if n >= 0 and cnp.PyArray_DIM(<cnp.ndarray>a, 0) != n:
+        raise ValueError("batch metadata arrays must all have one entry per packet")
+    if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a):
+        raise ValueError(f"{name} must be writeable")
 
 
 def _check_lpm(t24, grp):

@@ -434,3 +434,34 @@ def test_tight_slot_without_room_for_icmp():
     r.process(b)
     (res,) = b.results()
     assert (res.verdict, res.reason) == ("drop", "no_headroom")
+
+
+# --- the per-worker route cache ------------------------------------------------------
+
+def test_route_cache_follows_reconfiguration():
+    r = Router()
+    r.configure(NET)
+    p = udp6("2001:db8:99::5")
+    assert run(r, [p, p])[1].oif == "tun1"
+    r.configure("ip -6 route replace 2001:db8:99::/48 via 2001:db8:1::9 dev tun0")
+    assert [x.oif for x in run(r, [p, p])] == ["tun0", "tun0"]
+    r.configure("ip -6 route del 2001:db8:99::/48")
+    assert [x.reason for x in run(r, [p])] == ["no_route"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=64))
+def test_route_cache_gives_what_the_walk_gives(picks):
+    """Cached lookups (default rules) against uncached ones (a source rule
+    turns the cache off) on the same FIB: identical results."""
+    routes = "".join(f"ip -6 route add 2001:db8:{k:x}::/{48 + k % 17} via 2001:db8:{2 + k % 2}::2 dev tun{1 + k % 2}\n"
+                     for k in range(100, 140))
+    cached, walked = Router(), Router()
+    NET3 = NET + "ip -6 addr add 2001:db8:3::1/64 dev tun2\n"
+    cached.configure(NET3 + routes)
+    walked.configure(NET3 + routes + "ip -6 rule add from 2001:db8:7777::/48 table 254 pref 5\n")
+    pkts = [bytes(udp6(f"2001:db8:{100 + k:x}::{k:x}")) for k in picks] + \
+        [bytes(udp6(f"2001:db8:{k:x}::1")) for k in picks]
+    a, b = run(cached, pkts), run(walked, pkts)
+    assert [(x.verdict, x.oif, x.data, x.reason) for x in a] == \
+        [(x.verdict, x.oif, x.data, x.reason) for x in b]
