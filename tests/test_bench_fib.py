@@ -15,7 +15,6 @@ import pytest
 
 import fastpath
 from fastpath import bench_fib as bf
-from fastpath.lpm import Lpm
 
 try:
     import pytricia
