@@ -47,6 +47,7 @@ REASONS = (
     ("not_ethernet", "SKB_DROP_REASON_NOT_SPECIFIED", "End.DX2 egress device is missing or not Ethernet"),
     ("no_source_address", "SKB_DROP_REASON_NOT_SPECIFIED", "encapsulation needs a source address and none is configured"),
     ("seg6_loop", "", "more than 64 seg6local behaviours in a row for one packet (fastpath's bound)"),
+    ("seg6_disabled", "SKB_DROP_REASON_NOT_SPECIFIED", "SRH for this node but seg6_enabled is off (all or the interface)"),
 )
 
 REASON_NAMES = tuple(r[0] for r in REASONS)

@@ -824,10 +824,17 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
 # ---------------------------------------------------------------------------
 
 cdef int ip6_parse_hopopts(ctx_t* c, pkt_t* p) noexcept nogil:
-    """ipv6_parse_hopopts / ip6_parse_tlv: 0 = continue, 1 = the packet has
-    been given a verdict (drop or ICMP parameter problem)."""
+    """ipv6_parse_hopopts(): 0 = continue, 1 = the packet has been given a
+    verdict (drop or ICMP parameter problem)."""
+    return ip6_parse_tlv(c, p, IP6_HLEN)
+
+
+cdef int ip6_parse_tlv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
+    """ip6_parse_tlv() on the options header at ``off`` (hop-by-hop, or
+    destination options on local delivery): padding rules, Router Alert,
+    unknown options by their action bits."""
     cdef uint8_t* ip6 = p.row + p.l3
-    cdef int32_t off = IP6_HLEN, end, olen, k
+    cdef int32_t end, olen, k
     cdef uint8_t t
     cdef int padlen = 0
     if off + 8 > p.l3len:
@@ -1057,8 +1064,7 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
             return -1
         return ip6_forward(c, p, d)
     elif d.type == RTN_LOCAL or d.type == RTN_ANYCAST:
-        p.verdict = V_LOCAL
-        p.reason = R_NONE
+        return ip6_local_deliver(c, p)
     elif d.type == RTN_BLACKHOLE:
         set_drop(p, R_BLACKHOLE)
     elif d.type == RTN_PROHIBIT:
@@ -1074,6 +1080,119 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
                        R_NO_ROUTE if rt == DST_IP6_NULL else R_UNREACHABLE)
     return 0
 
+
+
+
+cdef int ip6_local_deliver(ctx_t* c, pkt_t* p) noexcept nogil:
+    """ip6_input_finish() for a packet addressed to this node: the extension
+    headers are processed in order (destination options, routing header);
+    an SRH goes to ipv6_srh_rcv(); anything else is delivered to the upper
+    layer (verdict local: fastpath models no sockets)."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef int32_t off = IP6_HLEN, hl
+    cdef uint8_t nh = ip6[6]
+    if nh == NEXTHDR_HOP:
+        if off + 2 > p.l3len:
+            set_drop(p, R_TRUNCATED)
+            return -1
+        nh = ip6[off]
+        off += (<int32_t>ip6[off + 1] + 1) << 3
+    while True:
+        if nh == NEXTHDR_DEST:
+            if off + 8 > p.l3len or off + ((<int32_t>ip6[off + 1] + 1) << 3) > p.l3len:
+                set_drop(p, R_TRUNCATED)
+                return -1
+            if ip6_parse_tlv(c, p, off):
+                return -1
+            nh = ip6[off]
+            off += (<int32_t>ip6[off + 1] + 1) << 3
+        elif nh == NEXTHDR_ROUTING:
+            # ipv6_rthdr_rcv()
+            if off + 8 > p.l3len or off + ((<int32_t>ip6[off + 1] + 1) << 3) > p.l3len:
+                set_drop(p, R_TRUNCATED)
+                return -1
+            if in6_is_multicast(ip6 + 24):
+                set_drop(p, R_DADDR_INVALID)
+                return -1
+            if ip6[off + 2] == 4:
+                return ipv6_srh_rcv(c, p, off)
+            if ip6[off + 3] != 0:
+                icmp6_send(c, p, ICMP6_PARAMPROB, 0, <uint32_t>(off + 2), R_EXTHDR_INVALID)
+                return -1
+            nh = ip6[off]
+            off += (<int32_t>ip6[off + 1] + 1) << 3
+        else:
+            break
+    p.verdict = V_LOCAL
+    p.reason = R_NONE
+    return 0
+
+
+cdef int ipv6_srh_rcv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
+    """ipv6_srh_rcv(): an SRH on a packet for this node, without seg6local.
+    Needs seg6_enabled (all and the interface); SL = 0: decapsulate an inner
+    IPv6/IPv4 packet and receive it again, else deliver; SL too large:
+    Parameter Problem at the SL field; else SL--, new DA, route again (a
+    local DA loops here with the hop limit checked and decremented)."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef uint8_t* hdr
+    cdef uint32_t rt
+    cdef const fp_dev* idev = dev_get(c, p.iif)
+    cdef int32_t hl
+    if idev == NULL or not (idev.flags & DEVF_SEG6):
+        set_drop(p, R_SEG6_DISABLED)
+        return -1
+    if not seg6_hmac_validate_at(c, p, off):
+        set_drop(p, p.reason if p.reason != R_NONE else R_HMAC_INVALID)
+        return -1
+    while True:
+        hdr = ip6 + off
+        if hdr[3] == 0:
+            if hdr[0] == 41 or hdr[0] == 4:
+                hl = off + ((<int32_t>hdr[1] + 1) << 3)
+                p.l3 += hl
+                p.l3len -= hl
+                tr(c, T_DECAP, hdr[0], hl, NULL)
+                p.depth += 1
+                if p.depth > MAX_SEG6LOCAL_DEPTH:
+                    set_drop(p, R_SEG6_LOOP)
+                    return -1
+                # netif_rx(): received again, on the same interface
+                if p.l3len < 1:
+                    set_drop(p, R_TRUNCATED)
+                    return -1
+                if hdr[0] == 41:
+                    p.family = 6
+                    if (p.row[p.l3] >> 4) != 6:
+                        set_drop(p, R_NOT_IP)
+                        return -1
+                    ip6_input(c, p)
+                else:
+                    p.family = 4
+                    if (p.row[p.l3] >> 4) != 4:
+                        set_drop(p, R_NOT_IP)
+                        return -1
+                    ip4_input(c, p)
+                return 0
+            p.verdict = V_LOCAL
+            p.reason = R_NONE
+            return 0
+        if hdr[3] >= (hdr[1] >> 1):
+            icmp6_send(c, p, ICMP6_PARAMPROB, 0, <uint32_t>(off + 3), R_SRH_INVALID)
+            return -1
+        tr(c, T_SRH, off, hdr[3], NULL)
+        hdr[3] -= 1
+        memcpy(ip6 + 24, hdr + 8 + (<int32_t>hdr[3] << 4), 16)
+        tr(c, T_ADVANCE, hdr[3], 0, ip6 + 24)
+        rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif)
+        if c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST:
+            tr(c, T_ROUTE, rt, 6, NULL)
+            if ip6[7] <= 1:
+                icmp6_send(c, p, ICMP6_TIME_EXCEED, 0, 0, R_HOP_LIMIT_EXCEEDED)
+                return -1
+            ip6[7] -= 1
+            continue
+        return ip6_dst_input(c, p, rt)
 
 # ---------------------------------------------------------------------------
 # SRv6: the SRH (net/ipv6/seg6.c) and the seg6local behaviours
@@ -1175,19 +1294,32 @@ cdef int32_t seg6_get_srh(const pkt_t* p, bint skip_rh) noexcept nogil:
     return off
 
 
-cdef bint seg6_hmac_validate(const ctx_t* c, pkt_t* p) noexcept nogil:
-    """seg6_hmac_validate_skb(): as the kernel, reads the SRH at the
-    transport header, i.e. right after the IPv6 header; the HMAC TLV must
-    follow the segment list (type 5, length 38) with the H flag set."""
+cdef inline int32_t transport_offset(const pkt_t* p) noexcept nogil:
+    """Where the kernel's transport header points on input: after the IPv6
+    header, and after the hop-by-hop header when there is one."""
     cdef const uint8_t* ip6 = p.row + p.l3
-    cdef const uint8_t* srh = ip6 + IP6_HLEN
+    if ip6[6] == NEXTHDR_HOP and p.l3len >= IP6_HLEN + 2:
+        return IP6_HLEN + ((<int32_t>ip6[IP6_HLEN + 1] + 1) << 3)
+    return IP6_HLEN
+
+
+cdef bint seg6_hmac_validate(const ctx_t* c, pkt_t* p) noexcept nogil:
+    return seg6_hmac_validate_at(c, p, transport_offset(p))
+
+
+cdef bint seg6_hmac_validate_at(const ctx_t* c, pkt_t* p, int32_t th) noexcept nogil:
+    """seg6_hmac_validate_skb(): as the kernel, reads the SRH at the
+    transport header (``th``), whatever header is really there; the HMAC TLV
+    must follow the segment list (type 5, length 38) with the H flag set."""
+    cdef const uint8_t* ip6 = p.row + p.l3
+    cdef const uint8_t* srh = ip6 + th
     cdef const fp_dev* idev = dev_get(c, p.iif)
     cdef int require = idev.seg6_require_hmac if idev != NULL else 0
     cdef bint tlv = False
     cdef int32_t toff
     cdef uint32_t keyid, k
-    if p.l3len >= IP6_HLEN + 8:
-        toff = IP6_HLEN + 8 + ((<int32_t>srh[4] + 1) << 4)
+    if p.l3len >= th + 8:
+        toff = th + 8 + ((<int32_t>srh[4] + 1) << 4)
         if (<int32_t>srh[1] >= (<int32_t>srh[4] + 1) * 2 + 5 and (srh[5] & 0x08)
                 and toff + 40 <= p.l3len and ip6[toff] == 5 and ip6[toff + 1] == 38):
             tlv = True

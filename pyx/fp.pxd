@@ -57,7 +57,8 @@ cdef enum:
     R_NOT_ETHERNET = 31
     R_NO_SOURCE_ADDRESS = 32
     R_SEG6_LOOP = 33
-    R_COUNT = 34
+    R_SEG6_DISABLED = 34
+    R_COUNT = 35
 
 # --- route types (uapi RTN_*) ----------------------------------------------
 cdef enum:

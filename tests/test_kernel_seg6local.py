@@ -284,3 +284,57 @@ def srv6_packet(draw):
 @given(st.lists(srv6_packet(), min_size=1, max_size=8))
 def test_random_srv6_packets_against_kernel(pair, pkts):
     check(pair, pkts)
+
+
+SRH_RCV_CFG = """
+ip -6 addr add 2001:db8:1::1/64 dev tun0
+ip -6 addr add 2001:db8:2::1/64 dev tun1
+ip -6 addr add fc00:5::1/128 dev tun0
+ip -6 addr add fc00:5::2/128 dev tun0
+ip addr add 10.0.2.1/24 dev tun1
+ip -6 route add fc00:2::/32 via 2001:db8:2::2 dev tun1
+ip -6 route add 2001:db8:99::/48 via 2001:db8:2::2 dev tun1
+ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1
+ip -6 route add fc00:1::e/128 encap seg6local action End dev tun0
+"""
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_srh_to_a_local_address(enabled):
+    """ipv6_srh_rcv: an SRH on a packet for one of our addresses (no
+    seg6local route), with seg6_enabled off and on."""
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    cfg = SRH_RCV_CFG + ("sysctl -w net.ipv6.conf.all.seg6_enabled=1\n"
+                         "sysctl -w net.ipv6.conf.tun0.seg6_enabled=1\n" if enabled else "")
+    in6 = IPv6(src="2001:db8:77::1", dst="2001:db8:99::5", hlim=9) / UDP() / b"in"
+    in4 = IP(src="198.51.100.3", dst="192.0.2.5", ttl=9, id=4) / UDP() / b"in"
+    pkts = [
+        srv6(["fc00:5::1", "fc00:2::1"]),                        # advance and forward
+        srv6(["fc00:5::1", "fc00:5::2", "fc00:2::1"]),           # local twice: loop, hop limit -1
+        srv6(["fc00:5::1", "fc00:5::2", "fc00:2::1"], hlim=1),   # looped with hop limit 1
+        srv6(["fc00:5::1", "fc00:1::e", "fc00:2::1"]),           # next SID is a seg6local route
+        srv6(["fc00:5::1", "fc00:9::1"]),                        # unroutable next SID
+        srv6(["fc00:2::1", "fc00:5::1"], sl=0),                  # SL 0, UDP: delivered
+        srv6(["fc00:5::1"], sl=0, inner=in6),                    # SL 0, inner IPv6: decap, forward
+        srv6(["fc00:5::1"], sl=0, inner=in4),                    # SL 0, inner IPv4
+        IPv6(src=SRC, dst="fc00:5::1") / IPv6ExtHdrSegmentRouting(
+            addresses=["fc00:2::1", "fc00:5::1"], segleft=1, lastentry=1) / in6,
+    ]
+    # SL beyond the list: Parameter Problem at the SL field
+    b = bytearray(bytes(srv6(["fc00:5::1", "fc00:2::1"])))
+    b[43] = 2
+    pkts.append(bytes(b))
+    # a type 0 routing header with segments left: Parameter Problem at the type
+    pkts.append(IPv6(src=SRC, dst="fc00:5::1") / IPv6ExtHdrRouting(type=0, segleft=1, addresses=["fc00:2::1"]) / UDP())
+    with KernelOracle() as k:
+        k.configure(cfg)
+        r = Router()
+        r.configure(cfg)
+        problems = compare(k, r, "tun0", [bytes(p) for p in pkts])
+        assert not problems, format_problems(problems)
