@@ -62,7 +62,12 @@ class Router:
                       ip_default_ttl=s.sysctl("net.ipv4.ip_default_ttl"),
                       hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"),
                       tunsrc=s.sr_tunsrc.packed if s.sr_tunsrc is not None else None,
-                      seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"))
+                      seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"),
+                      icmp6_ratelimit_ms=s.sysctl("net.ipv6.icmp.ratelimit"),
+                      icmp4_ratelimit_ms=s.sysctl("net.ipv4.icmp_ratelimit"),
+                      icmp4_ratemask=s.sysctl("net.ipv4.icmp_ratemask"),
+                      icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
+                      icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -90,7 +95,7 @@ class Router:
             batch.fragments.clear()
         nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
                                  batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
-                                 LINKTYPES[batch.linktype])
+                                 LINKTYPES[batch.linktype], batch.timestamp_ns)
         if nfrag:
             self._fragment(batch, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch

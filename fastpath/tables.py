@@ -53,7 +53,7 @@ DST_DTYPE = _rec([
     ("refcnt", "<i4", 0), ("gen", "<u4", 4), ("type", "u1", 8), ("family", "u1", 9),
     ("flags", "u1", 10), ("nh_count", "u1", 11), ("nh_first", "<u4", 12),
     ("table", "<u4", 16), ("encap", "<u4", 20), ("encap_type", "u1", 24),
-    ("hoplimit", "u1", 25), ("mtu", "<u4", 28), ("metric", "<u4", 32),
+    ("hoplimit", "u1", 25), ("plen", "u1", 26), ("mtu", "<u4", 28), ("metric", "<u4", 32),
     ("prefsrc", "16u1", 36), ("use", "<u8", 56)], 64)
 NH_DTYPE = _rec([
     ("gw", "16u1", 0), ("oif", "<u4", 16), ("upper_bound", "<i4", 20),
@@ -302,6 +302,7 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         d["family"] = r.family
         d["table"] = r.table
         d["metric"] = r.metric
+        d["plen"] = r.prefix.prefixlen
         d["mtu"] = r.mtu or 0
         d["hoplimit"] = r.hoplimit or 0
         d["nh_first"] = first

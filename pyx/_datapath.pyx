@@ -101,6 +101,17 @@ cdef struct rcache_t:             # one entry of the per-worker IPv6 route cache
     uint32_t gen                  # 0: empty; else the generation of the tables it was filled from
 
 
+DEF PEER_BITS = 12                # per-destination rate-limit state: 4096 entries
+
+
+cdef struct peer_t:               # inet_peer's rate-limit fields, by destination
+    uint8_t addr[16]
+    int64_t tokens_ns
+    int64_t last_ns
+    uint32_t family               # 0: empty
+    uint32_t pad
+
+
 cdef struct ctx_t:
     trace_t* trace                # NULL unless tracing (Router.trace)
     rcache_t* rcache              # per-worker cache of fib6_lookup results by destination
@@ -140,6 +151,15 @@ cdef struct ctx_t:
     bint has_tunsrc
     uint8_t tunsrc[16]            # ip sr tunsrc
     int seg6_flowlabel            # net.ipv6.seg6_flowlabel
+    # ICMP rate limiting, timed by packet timestamps (0 = off)
+    int64_t icmp6_tmo_ns          # net.ipv6.icmp.ratelimit
+    int64_t icmp4_tmo_ns          # net.ipv4.icmp_ratelimit
+    uint32_t icmp4_ratemask       # net.ipv4.icmp_ratemask
+    int64_t msgs_per_sec          # net.ipv4.icmp_msgs_per_sec (global, both families)
+    int64_t msgs_burst            # net.ipv4.icmp_msgs_burst
+    int64_t global_credit
+    int64_t global_stamp_ns
+    peer_t* peers                 # inet_peer: per-destination token buckets
 
 
 cdef struct pkt_t:
@@ -162,6 +182,7 @@ cdef struct pkt_t:
     uint8_t known_nh[16]
     bint l2_done                  # End.DX2: the frame already is the L2 frame to send
     int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
+    int64_t ts                    # the packet's timestamp (ns): the clock of the rate limits
 
 
 # trace events (decoded by fastpath/trace.py, which keeps the same numbers)
@@ -569,6 +590,92 @@ cdef bint make_headroom(const ctx_t* c, pkt_t* p, int32_t need) noexcept nogil:
     return True
 
 
+
+# ---------------------------------------------------------------------------
+# ICMP rate limits (inet_peer_xrlim_allow, icmp_global_allow), on packet time
+# ---------------------------------------------------------------------------
+
+DEF XRLIM_BURST_FACTOR = 6
+
+
+cdef bint peer_allow(ctx_t* c, int family, const uint8_t* addr, int64_t tmo, int64_t now) noexcept nogil:
+    """inet_peer_xrlim_allow(): a token bucket per destination, refilled at
+    one token per ``tmo``, at most XRLIM_BURST_FACTOR tokens; a new peer
+    starts full.  The table is direct-mapped: a colliding destination
+    replaces the older one (the kernel's inet_peer also evicts)."""
+    cdef uint64_t a, b, h
+    cdef peer_t* e
+    cdef int64_t token
+    cdef int n = 16 if family == 6 else 4
+    if tmo <= 0:
+        return True
+    memcpy(&a, addr, 8)
+    memcpy(&b, addr + 8, 8)
+    if family == 4:
+        b = 0
+        a &= 0xFFFFFFFFULL
+    h = (a * 0x9E3779B97F4A7C15ULL) ^ (b * 0xC2B2AE3D27D4EB4FULL)
+    h ^= h >> 31
+    h *= 0x94D049BB133111EBULL
+    e = &c.peers[h >> (64 - PEER_BITS)]
+    if e.family != <uint32_t>family or memcmp(e.addr, addr, n) != 0:
+        memset(e, 0, sizeof(peer_t))
+        memcpy(e.addr, addr, n)
+        e.family = family
+        e.tokens_ns = 0
+        e.last_ns = now - 60000000000LL          # "the first calculation is at its maximum"
+    token = e.tokens_ns + (now - e.last_ns)
+    e.last_ns = now
+    if token > XRLIM_BURST_FACTOR * tmo:
+        token = XRLIM_BURST_FACTOR * tmo
+    if token < 0:
+        token = 0                                 # time went backwards
+    if token >= tmo:
+        e.tokens_ns = token - tmo
+        return True
+    e.tokens_ns = token
+    return False
+
+
+cdef bint icmp_global_allow(ctx_t* c, int64_t now) noexcept nogil:
+    """icmp_global_allow(): msgs_per_sec credits, at most msgs_burst, refilled
+    at most every 20 ms (0 msgs_per_sec: fastpath's 'no global limit')."""
+    cdef int64_t delta, incr
+    if c.msgs_per_sec <= 0:
+        return True
+    if c.global_credit > 0:
+        return True
+    delta = now - c.global_stamp_ns
+    if delta > 1000000000LL:
+        delta = 1000000000LL
+    if delta < 20000000LL:
+        return False
+    incr = c.msgs_per_sec * delta // 1000000000LL
+    if incr <= 0:
+        return False
+    c.global_credit = c.global_credit + incr
+    if c.global_credit > c.msgs_burst:
+        c.global_credit = c.msgs_burst
+    c.global_stamp_ns = now
+    return c.global_credit > 0
+
+
+cdef inline void icmp_global_consume(ctx_t* c) noexcept nogil:
+    """One credit per message (the kernel takes 0 to 2 at random)."""
+    if c.msgs_per_sec > 0:
+        c.global_credit -= 1
+
+
+cdef inline bint icmp6_limited(uint8_t type) noexcept nogil:
+    """The default net.ipv6.icmp.ratemask (0-1,3-127): errors but Packet Too Big."""
+    return type < 128 and type != ICMP6_PKT_TOOBIG
+
+
+cdef inline bint icmp4_limited(const ctx_t* c, uint8_t type, uint8_t code) noexcept nogil:
+    if type > 31 or not ((1u << type) & c.icmp4_ratemask):
+        return False
+    return not (type == ICMP_DEST_UNREACH and code == ICMP_FRAG_NEEDED)
+
 # ---------------------------------------------------------------------------
 # ICMP errors
 # ---------------------------------------------------------------------------
@@ -633,6 +740,9 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if icmp6_ineligible(ip6, p.l3len):
         set_drop(p, reason)
         return False
+    if icmp6_limited(type) and not icmp_global_allow(c, p.ts):
+        set_drop(p, R_ICMP_SUPPRESSED)
+        return False
     # icmpv6_route_lookup: an output route to the original source
     if have_saddr:
         rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
@@ -669,6 +779,14 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if not have_saddr:
         set_drop(p, reason)
         return False
+    # icmpv6_xrlim_allow(): per destination, more tokens for wider prefixes
+    if icmp6_limited(type) and c.icmp6_tmo_ns > 0:
+        if not peer_allow(c, 6, osrc, c.icmp6_tmo_ns >> ((128 - d.plen) >> 5) if d.plen < 128
+                          else c.icmp6_tmo_ns, p.ts):
+            set_drop(p, R_ICMP_SUPPRESSED)
+            return False
+    if icmp6_limited(type):
+        icmp_global_consume(c)
     hl = d.hoplimit if d.hoplimit else (dev.hop_limit if dev.hop_limit else c.hop_limit)
     plen = p.l3len
     if plen > IPV6_MIN_MTU - IP6_HLEN - ICMP_HLEN:
@@ -748,6 +866,9 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if was_local:
         wr32(saddr, odst)
         have_saddr = True
+    if icmp4_limited(c, type, code) and not icmp_global_allow(c, p.ts):
+        set_drop(p, R_ICMP_SUPPRESSED)
+        return False
     rt = fib4_lookup(c, osrc, odst if was_local else 0, c.lo_ifindex)
     d = &c.dsts[rt]
     if d.type != RTN_UNICAST and d.type != RTN_LOCAL:
@@ -775,6 +896,11 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if not have_saddr:
         set_drop(p, reason)
         return False
+    if icmp4_limited(c, type, code):
+        if c.icmp4_tmo_ns > 0 and not peer_allow(c, 4, ip4 + 12, c.icmp4_tmo_ns, p.ts):
+            set_drop(p, R_ICMP_SUPPRESSED)
+            return False
+        icmp_global_consume(c)
     mtu = d.mtu if d.mtu else dev.mtu
     room = mtu if mtu < 576 else 576
     room -= IP4_HLEN + ICMP_HLEN
@@ -2081,6 +2207,7 @@ cdef class Datapath:
     cdef uint64_t[R_COUNT] reasons
     cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
     cdef rcache_t[RCACHE_SIZE] rcache_buf
+    cdef object peers                  # uint8 array holding the peer_t table
 
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ctx_t))
@@ -2088,11 +2215,14 @@ cdef class Datapath:
         memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
         self.c.reason_count = self.reasons
         self.c.rcache = self.rcache_buf
+        self.peers = np.zeros(sizeof(peer_t) << PEER_BITS, dtype=np.uint8)
+        self.c.peers = <peer_t*>cnp.PyArray_DATA(self.peers)
         self.refs = []
 
     def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob,
              hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
-             tunsrc=None, int seg6_flowlabel=0):
+             tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
+             uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
@@ -2164,6 +2294,14 @@ cdef class Datapath:
             for k in range(16):
                 self.c.tunsrc[k] = tb[k]
         self.c.seg6_flowlabel = seg6_flowlabel
+        self.c.icmp6_tmo_ns = <int64_t>icmp6_ratelimit_ms * 1000000
+        self.c.icmp4_tmo_ns = <int64_t>icmp4_ratelimit_ms * 1000000
+        self.c.icmp4_ratemask = icmp4_ratemask
+        if icmp_msgs_per_sec != self.c.msgs_per_sec or icmp_msgs_burst != self.c.msgs_burst:
+            self.c.global_credit = icmp_msgs_burst
+            self.c.global_stamp_ns = 0
+        self.c.msgs_per_sec = icmp_msgs_per_sec
+        self.c.msgs_burst = icmp_msgs_burst
         # the route cache: valid for these tables only; keyed by destination
         # only, so off when a rule looks at the source or the interface
         self.c.rcache_gen += 1
@@ -2179,7 +2317,7 @@ cdef class Datapath:
         self.refs = refs
 
     def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
-                int linktype):
+                int linktype, timestamp_ns=None):
         """Run every packet of a batch through the datapath, in place.  The
         arrays are the Batch's (fastpath/batch.py documents their dtypes);
         they are checked with numpy's C macros, not wrapped in memoryviews, so
@@ -2197,6 +2335,7 @@ cdef class Datapath:
         cdef uint8_t* vd
         cdef uint16_t* rs
         cdef uint32_t* ds
+        cdef int64_t* tsp = NULL
         cdef int32_t slot, exact
         cdef uint8_t* buf
         cdef Py_ssize_t nfrag = 0
@@ -2215,6 +2354,8 @@ cdef class Datapath:
         _check_array(verdict, "verdict", cnp.NPY_UINT8, 1, n)
         _check_array(reason, "reason", cnp.NPY_UINT16, 1, n)
         _check_array(dst, "dst", cnp.NPY_UINT32, 1, n)
+        if timestamp_ns is not None:
+            _check_array(timestamp_ns, "timestamp_ns", cnp.NPY_INT64, 1, n)
         if linktype != LINK_RAW and linktype != LINK_ETHERNET:
             raise ValueError("unknown link type")
         if n == 0:
@@ -2234,9 +2375,12 @@ cdef class Datapath:
         vd = <uint8_t*>cnp.PyArray_DATA(verdict)
         rs = <uint16_t*>cnp.PyArray_DATA(reason)
         ds = <uint32_t*>cnp.PyArray_DATA(dst)
+        if timestamp_ns is not None and n:
+            tsp = <int64_t*>cnp.PyArray_DATA(timestamp_ns)
         with nogil:
             for i in range(n):
                 p.row = base + i * slot
+                p.ts = tsp[i] if tsp != NULL else 0
                 p.start = st[i]
                 p.length = ln[i]
                 p.iif = ii[i]
@@ -2329,6 +2473,7 @@ def record_offsets():
            "nh_count": <char*>&d.nh_count - b, "nh_first": <char*>&d.nh_first - b,
            "table": <char*>&d.table - b, "encap": <char*>&d.encap - b,
            "encap_type": <char*>&d.encap_type - b, "hoplimit": <char*>&d.hoplimit - b,
+           "plen": <char*>&d.plen - b,
            "mtu": <char*>&d.mtu - b, "metric": <char*>&d.metric - b,
            "prefsrc": <char*>&d.prefsrc[0] - b, "use": <char*>&d.use - b}
     b = <char*>&nh

@@ -134,7 +134,8 @@ ctypedef struct fp_dst:          # 64 bytes, one cache line
     uint32_t encap               # 20  index into the encap parameter arrays
     uint8_t encap_type           # 24  0 none, 1 seg6local, 2 seg6
     uint8_t hoplimit             # 25  route hoplimit metric (0: device's)
-    uint16_t pad0                # 26
+    uint8_t plen                 # 26  prefix length (ICMPv6 rate limit scaling)
+    uint8_t pad0                 # 27
     uint32_t mtu                 # 28  route mtu metric (0: device's)
     uint32_t metric              # 32
     uint8_t prefsrc[16]          # 36  preferred source (IPv4 in bytes 0..3), zero = none

@@ -203,3 +203,40 @@ def test_ipv4_fragmentation_matches_kernel(pair):
             continue
         assert res.verdict == "forward" and res.data == res.fragments[0]
         assert [(res.oif, f) for f in res.fragments] == got
+
+
+def test_icmp_rate_limits_match_the_kernel():
+    """With the kernel's default rate limits switched back on (1 s per
+    destination, scaled by the route's prefix length; the default masks),
+    a burst of errors gets the same first messages through, timed by the
+    packets' timestamps in fastpath and by the wall clock in the kernel."""
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    from fastpath import Batch
+    limits = {"net.ipv6.icmp.ratelimit": "1000", "net.ipv6.icmp.ratemask": "0-1,3-127",
+              "net.ipv4.icmp_ratelimit": "1000", "net.ipv4.icmp_ratemask": "6168"}
+    cfg = CFG + "sysctl -w net.ipv6.icmp.ratelimit=1000\nsysctl -w net.ipv4.icmp_ratelimit=1000\n"
+    pkts6 = [bytes(u6("2001:db8:99::1", hlim=1)) for _ in range(10)]
+    pkts4 = [bytes(u4("192.0.2.1", ttl=1)) for _ in range(10)]
+    with KernelOracle(sysctls=limits) as k:
+        k.configure(CFG)
+        got6 = [k.send("tun0", p, wait=0.005) for p in pkts6]
+        got4 = [k.send("tun0", p, wait=0.005) for p in pkts4]
+    r = Router()
+    r.configure(cfg)
+    ts = [k * 5_000_000 for k in range(10)]          # 5 ms apart, as sent above
+    b6 = Batch.from_packets(pkts6, iif="tun0", timestamps_ns=ts)
+    b4 = Batch.from_packets(pkts4, iif="tun0", timestamps_ns=ts)
+    r.process(b6)
+    r.process(b4)
+    sent6 = [x.verdict == "icmp" for x in b6.results()]
+    sent4 = [x.verdict == "icmp" for x in b4.results()]
+    assert sent6 == [bool(g) for g in got6]
+    assert sent4 == [bool(g) for g in got4]
+    assert sent6 == [True] * 6 + [False] * 4       # /64 back route: 250 ms a token, 6 in the bucket
+    assert [x.reason for x in b6.results()][6:] == ["icmp_suppressed"] * 4
