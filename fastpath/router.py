@@ -47,7 +47,7 @@ class Router:
         """Apply iproute2/sysctl lines (see README); raises ConfigError and
         changes nothing if any line is wrong."""
         new = self.state.apply(text)
-        _check_gateways(new)
+        _check_gateways(new, self.state)
         # compile into a fresh set of tables first, so a failure leaves the
         # running tables untouched; then swap
         self._tables = compile_tables(new, self._tables)
@@ -208,11 +208,15 @@ def ip_fragment(pkt: bytes, mtu: int) -> list:
     return out
 
 
-def _check_gateways(state):
-    """The kernel refuses a gateway that no connected route reaches
-    ("Nexthop has invalid gateway"); do the same before compiling."""
-    from .tables import _best_routes, _resolve_dev
+def _check_gateways(state, old=None):
+    """The kernel refuses a route whose gateway no connected route reaches
+    ("Nexthop has invalid gateway") when the route is added; do the same for
+    the routes this configuration adds or changes.  (A route that loses its
+    gateway's interface later is not an error: it stops being used.)"""
+    from .tables import _resolve_dev
     for key, r in state.routes.items():
+        if old is not None and old.routes.get(key) == r:
+            continue
         for nh in r.nexthops:
             if nh.gw is not None and nh.dev is None and _resolve_dev(state, nh.gw) is None:
                 raise ConfigError(f"route {r.prefix}: gateway {nh.gw} is not reachable from any "

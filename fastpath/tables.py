@@ -165,13 +165,28 @@ def _encap_type(encap) -> int:
     return ENCAP_SEG6 if type(encap).__name__ == "Seg6Encap" else ENCAP_SEG6LOCAL
 
 
+def _nexthop_dev(nh, state):
+    """The device of a nexthop: given, or the one whose connected prefix
+    holds the gateway."""
+    if nh.dev:
+        return nh.dev
+    return _resolve_dev(state, nh.gw) if nh.gw is not None else None
+
+
+def _live(nh, state) -> bool:
+    """A nexthop through a device that is up (the kernel marks the others
+    RTNH_F_DEAD / LINKDOWN and takes them out of the hash)."""
+    dev = _nexthop_dev(nh, state)
+    return dev is not None and dev in state.interfaces and state.interfaces[dev].up
+
+
 def _usable(route, state) -> bool:
-    """A route whose every nexthop device is down is skipped by the lookup
-    (the kernel removes or marks such routes RTNH_F_DEAD|LINKDOWN)."""
-    devs = [nh.dev for nh in route.nexthops if nh.dev]
-    if not devs:
+    """A route all of whose nexthops are dead is skipped by the lookup (the
+    kernel flushes or marks such routes); routes without nexthops (local,
+    blackhole, ...) always are."""
+    if not route.nexthops:
         return True
-    return any(state.interfaces[d].up for d in devs if d in state.interfaces)
+    return any(_live(nh, state) for nh in route.nexthops)
 
 
 def _resolve_dev(state, gw):
@@ -199,10 +214,13 @@ def _best_routes(state):
 
 
 def _route_sig(r, state):
-    """Everything of a route that its compiled entry depends on."""
+    """Everything of a route that its compiled entry depends on; only the
+    live nexthops take part in the multipath hash."""
     nhs = []
     for nh in r.nexthops:
-        dev = nh.dev or (_resolve_dev(state, nh.gw) if nh.gw is not None else None)
+        if len(r.nexthops) > 1 and not _live(nh, state):
+            continue
+        dev = _nexthop_dev(nh, state)
         nhs.append((str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
                     state.interfaces[dev].ifindex if dev in state.interfaces else 0))
     return (r.type, r.metric, tuple(nhs), repr(r.encap), str(r.src) if r.src else None,

@@ -706,6 +706,32 @@ cdef bint icmp6_ineligible(const uint8_t* ip6, int32_t len) noexcept nogil:
     return False
 
 
+cdef bint is_subnet_anycast(const ctx_t* c, uint32_t ifindex, const uint8_t* a) noexcept nogil:
+    """ipv6_chk_acast_addr_src(): the subnet-router anycast address of one of
+    the device's prefixes (a router joins them while forwarding)."""
+    cdef uint32_t k
+    cdef const fp_addr* x
+    for k in range(c.naddr):
+        x = &c.addrs[k]
+        if x.family == 6 and x.ifindex == ifindex and x.plen < 127 and prefix_match(a, x.addr, x.plen):
+            if common_prefix_len(a, x.addr, 16) >= x.plen and _host_bits_zero(a, x.plen):
+                return True
+    return False
+
+
+cdef inline bint _host_bits_zero(const uint8_t* a, int plen) noexcept nogil:
+    cdef int k = plen >> 3
+    if plen & 7:
+        if a[k] & (0xFF >> (plen & 7)):
+            return False
+        k += 1
+    while k < 16:
+        if a[k]:
+            return False
+        k += 1
+    return True
+
+
 cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t info,
                      uint16_t reason) noexcept nogil:
     """icmp6_send(): turn the packet into the ICMPv6 error about it, routed back
@@ -726,7 +752,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     memcpy(odst, ip6 + 24, 16)
     p.reason = reason
     tr(c, T_ICMP_DUE, type, code, osrc)
-    if is_local_addr(c, 6, odst):
+    if is_local_addr(c, 6, odst) or (c.fwd6 and is_subnet_anycast(c, p.iif, odst)):
         memcpy(saddr, odst, 16)
         have_saddr = True
     if in6_is_multicast(odst):
@@ -743,42 +769,45 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if icmp6_limited(type) and not icmp_global_allow(c, p.ts):
         set_drop(p, R_ICMP_SUPPRESSED)
         return False
-    # icmpv6_route_lookup: an output route to the original source
-    if have_saddr:
-        rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
-    else:
-        rt = fib6_lookup(c, osrc, odst, c.lo_ifindex)
-    d = &c.dsts[rt]
-    if d.type != RTN_UNICAST and d.type != RTN_LOCAL:
-        set_drop(p, reason)
-        return False
-    if d.type == RTN_ANYCAST:
-        set_drop(p, reason)
-        return False
-    nh = dst_nexthop(c, d, 0)
-    if d.type == RTN_LOCAL:
-        # an error about a packet we sent ourselves stays inside this node
-        set_drop(p, reason)
-        return False
-    elif nh == NULL:
-        set_drop(p, reason)
-        return False
-    else:
-        dev = dev_get(c, nh.oif)
-    if dev == NULL:
-        set_drop(p, reason)
-        return False
+    # the source: the offending packet's destination when it is ours; else
+    # the preferred source of the route back (icmpv6_rt_has_prefsrc), else
+    # source address selection on the ingress device; then the route back
+    # is looked up from that source (so 'from' rules see it)
+    cdef uint8_t zero[16]
+    memset(zero, 0, 16)
     if not have_saddr:
-        if d.prefsrc[0] or not in6_is_zero(d.prefsrc):
+        rt = fib6_lookup(c, osrc, zero, c.lo_ifindex)
+        d = &c.dsts[rt]
+        if (d.type == RTN_UNICAST or d.type == RTN_LOCAL) and not in6_is_zero(d.prefsrc):
             memcpy(saddr, d.prefsrc, 16)
             have_saddr = True
         elif ipv6_get_saddr(c, p.iif, osrc, saddr):
             have_saddr = True
-        elif ipv6_get_saddr(c, dev.ifindex, osrc, saddr):
-            have_saddr = True
-    if not have_saddr:
+            rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
+    else:
+        rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
+    d = &c.dsts[rt]
+    # icmpv6_route_lookup: no error sent where there is no route back, nor
+    # to one of our own (local or anycast) addresses
+    if d.type != RTN_UNICAST and d.type != RTN_LOCAL:
         set_drop(p, reason)
         return False
+    if d.type == RTN_LOCAL:
+        # an error about a packet we sent ourselves stays inside this node
+        set_drop(p, reason)
+        return False
+    nh = dst_nexthop(c, d, 0)
+    if nh == NULL:
+        set_drop(p, reason)
+        return False
+    dev = dev_get(c, nh.oif)
+    if dev == NULL:
+        set_drop(p, reason)
+        return False
+    if not have_saddr:
+        if not ipv6_get_saddr(c, dev.ifindex, osrc, saddr):
+            set_drop(p, reason)
+            return False
     # icmpv6_xrlim_allow(): per destination, more tokens for wider prefixes
     if icmp6_limited(type) and c.icmp6_tmo_ns > 0:
         if not peer_allow(c, 6, osrc, c.icmp6_tmo_ns >> ((128 - d.plen) >> 5) if d.plen < 128
@@ -817,15 +846,11 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     tr(c, T_ICMP, type, code, osrc)
     p.verdict = V_ICMP
     p.dst = rt
-    if d.type == RTN_LOCAL:
-        p.oif = c.lo_ifindex
-        memcpy(p.nexthop, osrc, 16)
+    p.oif = nh.oif
+    if nh.flags & NHF_GATEWAY:
+        memcpy(p.nexthop, nh.gw, 16)
     else:
-        p.oif = nh.oif
-        if nh.flags & NHF_GATEWAY:
-            memcpy(p.nexthop, nh.gw, 16)
-        else:
-            memcpy(p.nexthop, osrc, 16)
+        memcpy(p.nexthop, osrc, 16)
     return True
 
 
@@ -2067,8 +2092,12 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexc
         set_drop(p, R_BLACKHOLE)
     elif d.type == RTN_PROHIBIT:
         icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_PKT_FILTERED, 0, R_PROHIBIT, False)
-    elif d.type == RTN_UNREACHABLE and rt != DST_IP4_NOROUTE:
+    elif d.type == RTN_UNREACHABLE and rt != DST_IP4_NOROUTE and rt != DST_IP4_UNREACHABLE:
+        # an unreachable route: EHOSTUNREACH (an unreachable rule action
+        # returns ENETUNREACH, as no route at all: fib4_rule_action)
         icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH, 0, R_UNREACHABLE, False)
+    elif rt == DST_IP4_UNREACHABLE:
+        icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_NET_UNREACH, 0, R_UNREACHABLE, False)
     elif d.type == RTN_MULTICAST or d.type == RTN_ANYCAST:
         set_drop(p, R_DADDR_INVALID)
         return -1
