@@ -67,7 +67,9 @@ class Router:
                       icmp4_ratelimit_ms=s.sysctl("net.ipv4.icmp_ratelimit"),
                       icmp4_ratemask=s.sysctl("net.ipv4.icmp_ratemask"),
                       icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
-                      icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"))
+                      icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),
+                      mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
+                      mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""

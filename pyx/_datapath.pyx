@@ -160,6 +160,8 @@ cdef struct ctx_t:
     int64_t global_credit
     int64_t global_stamp_ns
     peer_t* peers                 # inet_peer: per-destination token buckets
+    int mp_policy6                # net.ipv6.fib_multipath_hash_policy (0 L3, 1 L4)
+    int mp_policy4                # net.ipv4.fib_multipath_hash_policy
 
 
 cdef struct pkt_t:
@@ -463,6 +465,7 @@ cdef inline uint32_t flow_hash6(const uint8_t* ip6) noexcept nogil:
 
 
 cdef inline uint32_t flow_hash4(const uint8_t* ip4) noexcept nogil:
+    """L3 hash of an IPv4 packet: source and destination (policy 0)."""
     cdef uint32_t h = 0x9E3779B9u
     h ^= rd32(ip4 + 12)
     h *= 0x85EBCA6Bu
@@ -470,10 +473,37 @@ cdef inline uint32_t flow_hash4(const uint8_t* ip4) noexcept nogil:
     h ^= rd32(ip4 + 16)
     h *= 0xC2B2AE35u
     h ^= h >> 16
-    h ^= ip4[9]
+    return h
+
+
+cdef inline uint32_t mix_ports(uint32_t h, uint8_t proto, uint32_t ports) noexcept nogil:
+    h ^= ports
     h *= 0x85EBCA6Bu
+    h ^= proto
+    h *= 0xC2B2AE35u
     h ^= h >> 15
     return h
+
+
+cdef inline uint32_t mp_hash6(const ctx_t* c, const pkt_t* p) noexcept nogil:
+    """The multipath hash of fib_multipath_hash_policy: 0 L3 (addresses,
+    flow label, next header), 1 L4 (addresses, protocol, ports)."""
+    cdef const uint8_t* ip6 = p.row + p.l3
+    cdef uint8_t nh = ip6[6]
+    if c.mp_policy6 == 1 and (nh == NEXTHDR_TCP or nh == NEXTHDR_UDP or nh == 132) \
+            and p.l3len >= IP6_HLEN + 4:
+        return mix_ports(flow_hash6(ip6) ^ (rd32(ip6) & 0xFFFFF), nh, rd32(ip6 + IP6_HLEN))
+    return flow_hash6(ip6)
+
+
+cdef inline uint32_t mp_hash4(const ctx_t* c, const pkt_t* p) noexcept nogil:
+    cdef const uint8_t* ip4 = p.row + p.l3
+    cdef int32_t ihl = (ip4[0] & 0x0F) << 2
+    cdef uint8_t proto = ip4[9]
+    if (c.mp_policy4 == 1 and (proto == NEXTHDR_TCP or proto == NEXTHDR_UDP or proto == 132)
+            and (rd16(ip4 + 6) & 0x3FFF) == 0 and p.l3len >= ihl + 4):
+        return mix_ports(flow_hash4(ip4), proto, rd32(ip4 + ihl))
+    return flow_hash4(ip4)
 
 
 # ---------------------------------------------------------------------------
@@ -1057,7 +1087,7 @@ cdef int ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     if not c.fwd6:
         set_drop(p, R_FORWARDING_DISABLED)
         return -1
-    nh = dst_nexthop(c, d, flow_hash6(p.row + p.l3))
+    nh = dst_nexthop(c, d, mp_hash6(c, p))
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
         return -1
@@ -1953,7 +1983,7 @@ cdef inline bint ip4_martian(uint32_t a) noexcept nogil:
 cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """ip_forward() after a unicast input route was found."""
     cdef uint8_t* ip4 = p.row + p.l3
-    cdef const fp_nh* nh = dst_nexthop(c, d, flow_hash4(ip4))
+    cdef const fp_nh* nh = dst_nexthop(c, d, mp_hash4(c, p))
     cdef const fp_dev* odev
     cdef uint32_t mtu, check
     if nh == NULL:
@@ -2251,7 +2281,8 @@ cdef class Datapath:
     def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob,
              hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
-             uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50):
+             uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
+             int mp_policy6=0, int mp_policy4=0):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
@@ -2330,6 +2361,8 @@ cdef class Datapath:
             self.c.global_credit = icmp_msgs_burst
             self.c.global_stamp_ns = 0
         self.c.msgs_per_sec = icmp_msgs_per_sec
+        self.c.mp_policy6 = mp_policy6
+        self.c.mp_policy4 = mp_policy4
         self.c.msgs_burst = icmp_msgs_burst
         # the route cache: valid for these tables only; keyed by destination
         # only, so off when a rule looks at the source or the interface

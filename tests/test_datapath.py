@@ -490,3 +490,23 @@ def test_icmp_ratelimit_is_timed_by_packet_timestamps():
     b3 = Batch.from_packets([big] * 10, iif="tun0", timestamps_ns=list(range(10)))
     r3.process(b3)
     assert [x.verdict for x in b3.results()] == ["icmp"] * 10
+
+
+@pytest.mark.parametrize("fam", [6, 4])
+def test_multipath_hash_policy_l4_spreads_flows_of_one_host_pair(fam):
+    """Policy 0 hashes addresses only: one host pair takes one path whatever
+    the ports; policy 1 adds the ports, so its flows spread."""
+    mp = ("ip -6 addr add 2001:db8:3::1/64 dev tun2\n"
+          "ip -6 route add 2001:db8:aa::/48 nexthop via 2001:db8:2::2 dev tun1 nexthop via 2001:db8:3::2 dev tun2\n"
+          if fam == 6 else
+          "ip addr add 10.0.3.1/24 dev tun2\n"
+          "ip route add 198.18.0.0/16 nexthop via 10.0.2.2 dev tun1 nexthop via 10.0.3.2 dev tun2\n")
+    def pkts():
+        if fam == 6:
+            return [IPv6(src="2001:db8:1::2", dst="2001:db8:aa::1") / UDP(sport=1000 + k, dport=53)
+                    for k in range(64)]
+        return [IP(src="10.0.1.2", dst="198.18.0.1") / UDP(sport=1000 + k, dport=53) for k in range(64)]
+    for policy, want in ((0, 1), (1, 2)):
+        r = Router()
+        r.configure(NET + mp + f"sysctl -w net.ipv{fam}.fib_multipath_hash_policy={policy}\n")
+        assert len({x.oif for x in run(r, pkts())}) == want
