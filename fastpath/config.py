@@ -1091,13 +1091,21 @@ class State:
     # -- automatic (proto kernel) routes ------------------------------------------
     def _auto_for(self, itf: Interface) -> dict:
         out: dict = {}
-        if not itf.up:
-            return out
 
         def add(r):
             out.setdefault(r.key, r)
         dev = itf.name
         nh = (Nexthop(None, dev),)
+        if not itf.up:
+            # a down device keeps the 'local' routes of its IPv4 addresses
+            # (fib_disable_ip removes the prefix and broadcast routes only);
+            # its IPv6 routes go with the link
+            for a in itf.addrs:
+                if a.version == 4:
+                    prim = next((b for b in itf.addrs if b.version == 4 and b.network == a.network), a)
+                    add(Route(4, ipaddress.ip_network(a.ip), RT_TABLE_LOCAL, "local", 0, nh,
+                              proto="kernel", scope="host", src=prim.ip))
+            return out
         is_lo = itf.kind == "loopback"
         if not is_lo:   # addrconf_add_mroute
             add(Route(6, ipaddress.IPv6Network("ff00::/8"), RT_TABLE_LOCAL, "multicast", 256, nh,

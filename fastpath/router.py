@@ -69,7 +69,8 @@ class Router:
                       icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
                       icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),
                       mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
-                      mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"))
+                      mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
+                      v4_full_rpcheck=_v4_custom(s))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -171,6 +172,18 @@ class Router:
         elif r.nexthops:
             desc += f" ({len(r.nexthops)} nexthops)"
         return desc
+
+
+def _v4_custom(state) -> bool:
+    """fib4_has_custom_rules() or fib_has_custom_local_routes: rules other
+    than the three defaults, or a user's local route (either makes the
+    kernel's fib_validate_source do its full reverse lookup)."""
+    rules = [(r.pref, r.table, r.action, r.src, r.dst, r.iif) for r in state.rules.get(4, [])]
+    if rules != [(0, 255, "lookup", None, None, None), (32766, 254, "lookup", None, None, None),
+                 (32767, 253, "lookup", None, None, None)]:
+        return True
+    return any(r.family == 4 and r.type == "local" and r.proto != "kernel"
+               for r in state.routes.values())
 
 
 def _ip_checksum(hdr: bytes) -> int:

@@ -162,6 +162,7 @@ cdef struct ctx_t:
     peer_t* peers                 # inet_peer: per-destination token buckets
     int mp_policy6                # net.ipv6.fib_multipath_hash_policy (0 L3, 1 L4)
     int mp_policy4                # net.ipv4.fib_multipath_hash_policy
+    bint v4_full_rpcheck          # custom IPv4 rules or local routes: full fib_validate_source
 
 
 cdef struct pkt_t:
@@ -738,12 +739,13 @@ cdef bint icmp6_ineligible(const uint8_t* ip6, int32_t len) noexcept nogil:
 
 cdef bint is_subnet_anycast(const ctx_t* c, uint32_t ifindex, const uint8_t* a) noexcept nogil:
     """ipv6_chk_acast_addr_src(): the subnet-router anycast address of one of
-    the device's prefixes (a router joins them while forwarding)."""
+    the router's prefixes (a router joins them while forwarding; observed:
+    any device's, not only the ingress device's)."""
     cdef uint32_t k
     cdef const fp_addr* x
     for k in range(c.naddr):
         x = &c.addrs[k]
-        if x.family == 6 and x.ifindex == ifindex and x.plen < 127 and prefix_match(a, x.addr, x.plen):
+        if x.family == 6 and x.plen < 127 and prefix_match(a, x.addr, x.plen):
             if common_prefix_len(a, x.addr, 16) >= x.plen and _host_bits_zero(a, x.plen):
                 return True
     return False
@@ -2058,6 +2060,24 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
     ip4_route_input(c, p, rd32(ip4 + 16), -1)
 
 
+cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_t saddr,
+                              uint32_t daddr) noexcept nogil:
+    """fib_validate_source() with rp_filter off.  Without custom rules or
+    custom local routes: a source that is one of our addresses is a martian.
+    With them: the reverse lookup (to the source, from the destination, as
+    if received on the egress device) must not give a local, broadcast,
+    multicast or anycast route (an error route or no route is accepted)."""
+    cdef const fp_nh* nh
+    cdef uint32_t rt
+    cdef uint8_t t
+    if not c.v4_full_rpcheck:
+        return not is_local_addr(c, 4, p.row + p.l3 + 12)
+    nh = dst_nexthop(c, d, mp_hash4(c, p))
+    rt = fib4_lookup(c, saddr, daddr, nh.oif if nh != NULL else c.lo_ifindex)
+    t = c.dsts[rt].type
+    return not (t == RTN_LOCAL or t == RTN_BROADCAST or t == RTN_MULTICAST or t == RTN_ANYCAST)
+
+
 cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexcept nogil:
     """ip_route_input(skb, daddr, saddr, ...) then dst_input(): martian
     checks, the lookup (through the rules, or in one table when ``slot`` >= 0:
@@ -2105,8 +2125,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexc
         if d.encap_type != ENCAP_NONE:
             set_drop(p, R_NOT_SUPPORTED)     # seg6 headend: not in this datapath yet
             return -1
-        # fib_validate_source (rp_filter off): a local source is a martian
-        if is_local_addr(c, 4, ip4 + 12):
+        if not ip4_validate_source(c, p, d, saddr, daddr):
             set_drop(p, R_SADDR_INVALID)
             return -1
         if idev == NULL or not (idev.flags & DEVF_FWD4):
@@ -2282,7 +2301,7 @@ cdef class Datapath:
              hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
-             int mp_policy6=0, int mp_policy4=0):
+             int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
@@ -2363,6 +2382,7 @@ cdef class Datapath:
         self.c.msgs_per_sec = icmp_msgs_per_sec
         self.c.mp_policy6 = mp_policy6
         self.c.mp_policy4 = mp_policy4
+        self.c.v4_full_rpcheck = v4_full_rpcheck
         self.c.msgs_burst = icmp_msgs_burst
         # the route cache: valid for these tables only; keyed by destination
         # only, so off when a rule looks at the source or the interface
