@@ -1870,7 +1870,12 @@ class State:
             if iif is not None:
                 self._iface(iif)
             rule = Rule(fam, pref, src, dst, iif, table, action)
-            if rule in rules:
+            # rule_exists(): same pref, action, table and iif, and the
+            # selectors the new rule gives (fib[46]_rule_compare ignores the
+            # ones it leaves out)
+            if any(r.pref == pref and r.action == action and r.table == table and r.iif == iif
+                   and (src is None or r.src == src) and (dst is None or r.dst == dst)
+                   for r in rules):
                 raise _err(f"rule pref {pref}: RTNETLINK answers: File exists", str(pref))
             pos = len(rules)
             for k, r in enumerate(rules):

@@ -567,10 +567,6 @@ SCENARIOS = {"A": scenario_A, "B1": scenario_B1, "B2": scenario_B2, "C": scenari
 # the scenarios fastpath still gets wrong (the others -- A, B1, B2, E, F --
 # were fixed in 834d703 after these tests found them and now guard the fixes)
 KNOWN_BUGS = {
-    "D": "fastpath bug (configuration): the kernel answers EEXIST to 'ip rule add' when a rule "
-         "with the same pref/action/table/iif exists and the new rule's given selectors match it "
-         "(rule_exists compares only the selectors the request gives); fastpath adds a second "
-         "rule",
     "I": "fastpath bug (configuration): a route whose gateway the kernel cannot reach through "
          "the FIB as it stands (here a blackhole rule over the gateway's prefix) is refused by "
          "the kernel ('Nexthop has invalid gateway' / 'No route to host'); fastpath only checks "

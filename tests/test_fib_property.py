@@ -906,11 +906,6 @@ def test_ipv4_source_validation_by_reverse_lookup():
     assert res.verdict == "drop" and res.reason == "saddr_invalid"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fastpath bug (configuration): the kernel refuses 'ip rule add' with EEXIST when a rule "
-    "with the same pref/action/table/iif exists and the new rule gives no from/to that "
-    "differs (rule_exists -> fib4_rule_compare/fib6_rule_compare only compare the "
-    "selectors the request gives); fastpath only refuses exact duplicates"))
 def test_rule_add_exists_like_the_kernel():
     r = Router()
     with pytest.raises(ConfigError, match="File exists"):
