@@ -1570,6 +1570,15 @@ cdef bint decap_and_validate(const ctx_t* c, pkt_t* p, int proto) noexcept nogil
     return True
 
 
+cdef bint decap(const ctx_t* c, pkt_t* p, int proto, int32_t min_inner) noexcept nogil:
+    """decap_and_validate() and pskb_may_pull() of the inner header; the
+    packet is dropped (with the reason found) when either fails."""
+    if decap_and_validate(c, p, proto) and p.l3len >= min_inner:
+        return True
+    set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    return False
+
+
 cdef int32_t end_get_srh(const ctx_t* c, pkt_t* p) noexcept nogil:
     """get_and_validate_srh(): the SRH to process (SL > 0), HMAC checked."""
     cdef int32_t srhoff = seg6_get_srh(p, True)
@@ -1745,15 +1754,13 @@ cdef int seg6_ip6_inner(ctx_t* c, pkt_t* p, const uint8_t* nh6, int32_t slot, bi
 
 
 cdef int end_dx6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
-    if not decap_and_validate(c, p, 41) or p.l3len < IP6_HLEN:
-        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    if not decap(c, p, 41, IP6_HLEN):
         return -1
     return seg6_ip6_inner(c, p, NULL if in6_is_zero(s.nh6) else s.nh6, -1, False, False)
 
 
 cdef int end_dt6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
-    if not decap_and_validate(c, p, 41) or p.l3len < IP6_HLEN:
-        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    if not decap(c, p, 41, IP6_HLEN):
         return -1
     return seg6_ip6_inner(c, p, NULL, s.slot6, True, True)
 
@@ -1771,8 +1778,7 @@ cdef inline bint inner_ip4_ok(pkt_t* p) noexcept nogil:
 
 cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     cdef uint32_t nh4
-    if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
-        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    if not decap(c, p, 4, IP4_HLEN):
         return -1
     if not inner_ip4_ok(p):
         return -1
@@ -1784,8 +1790,7 @@ cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
 cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     """End.DT4 in VRF mode without a VRF device: the inner packet is looked
     up in the vrftable (local routes deliver)."""
-    if not decap_and_validate(c, p, 4) or p.l3len < IP4_HLEN:
-        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    if not decap(c, p, 4, IP4_HLEN):
         return -1
     if not inner_ip4_ok(p):
         return -1
@@ -1811,8 +1816,7 @@ cdef int end_dx2(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     """End.DX2: the inner Ethernet frame leaves on oif as it is."""
     cdef const fp_dev* odev
     cdef const uint8_t* eth
-    if not decap_and_validate(c, p, 143) or p.l3len < 14:
-        set_drop(p, p.reason if p.reason != R_NONE else R_TRUNCATED)
+    if not decap(c, p, 143, 14):
         return -1
     eth = p.row + p.l3
     if rd16(eth + 12) < 0x0600:              # eth_proto_is_802_3
