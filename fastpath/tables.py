@@ -232,7 +232,6 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
     ValueError for a route whose gateway no interface reaches."""
     t = old if old is not None else Tables()
     # --- devices -------------------------------------------------------
-    names = list(state.interfaces)
     maxidx = max(i.ifindex for i in state.interfaces.values())
     devs = np.zeros(maxidx + 1, dtype=DEV_DTYPE)
     t.ifnames = {}

@@ -103,7 +103,6 @@ def decode(router, events, family_hint=6) -> list:
 
 
 def trace_packet(router, packet: bytes, iif: str, linktype: str = "raw") -> Trace:
-    from . import _datapath  # noqa: F401  (the kernels)
     from .batch import LINKTYPES, Batch
     b = Batch.from_packets([packet], iif=iif, linktype=linktype)
     tb = router._tables

@@ -18,12 +18,6 @@ from __future__ import annotations
 
 import fastpath
 
-try:
-    from .kernel_oracle import KernelOracle, oracle_available  # noqa: F401
-except ImportError:  # pragma: no cover
-    from kernel_oracle import KernelOracle, oracle_available  # noqa: F401
-
-
 def mask_kernel_chosen(pkt: bytes) -> bytes:
     """Zero the fields the kernel chooses freely in packets it originates:
     the IPv4 ID (and with it the header checksum) of ICMPv4 errors."""
@@ -86,3 +80,11 @@ def format_problems(problems, limit=5):
         out.append(f"packet {k}: {hexpkt}\n  fastpath: {res!r} {res.data.hex()}\n"
                    f"  kernel:   {[(i, p.hex()) for i, p in got]}")
     return "\n".join(out) + (f"\n... and {len(problems) - limit} more" if len(problems) > limit else "")
+
+
+def check(pair, pkts, iif="tun0"):
+    """Assert that fastpath and the kernel (``pair`` = (oracle, router)) do
+    the same with every packet."""
+    oracle, router = pair
+    problems = compare(oracle, router, iif, [bytes(p) for p in pkts])
+    assert not problems, format_problems(problems)

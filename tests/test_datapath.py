@@ -1,17 +1,15 @@
 """Router.process end to end: input checks, lookups, forwarding, ICMP errors,
 and bad input of every shape (no exception, no read outside the packet)."""
 import ipaddress
-import struct
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from scapy.layers.inet import ICMP, IP, UDP, IPerror, UDPerror
+from scapy.layers.inet import ICMP, IP, UDP, IPerror
 from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6PacketTooBig, ICMPv6TimeExceeded,
                                 IPv6, IPv6ExtHdrHopByHop, IPerror6)
 from scapy.layers.l2 import Dot1Q, Ether
 
-import fastpath
 from fastpath import Batch, Router
 
 NET = """

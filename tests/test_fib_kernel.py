@@ -233,7 +233,7 @@ def packet_compare(k, router, fib, rnd, n):
         dst = sample_dst(rnd, fam, pfx)
         iif = sample_iif(rnd)
         by_iif.setdefault(iif, []).append((fam, src, dst))
-    problems, tolerated = [], 0
+    problems = []
     for iif, flows in by_iif.items():
         pkts = [udp_packet(src, dst, sport=rnd.randrange(1024, 65536)) for _, src, dst in flows]
         for prob in compare(k, router, iif, pkts):
