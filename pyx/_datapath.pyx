@@ -56,6 +56,10 @@ DEF IPPROTO_ICMP = 1
 # seg6local behaviours a packet may go through in one pass (a SID list that
 # visits several of our own SIDs); the kernel recurses without a bound
 DEF MAX_SEG6LOCAL_DEPTH = 64
+# headroom kept in front of headers the datapath prepends, for the Ethernet
+# header (with an 802.1Q tag) l2_build adds afterwards, so that it never has
+# to move the packet a second time
+DEF L2_RESERVE = 22
 
 # ICMPv6 types/codes (RFC 4443)
 DEF ICMP6_DEST_UNREACH = 1
@@ -746,7 +750,7 @@ cdef bint is_subnet_anycast(const ctx_t* c, uint32_t ifindex, const uint8_t* a) 
     for k in range(c.naddr):
         x = &c.addrs[k]
         if x.family == 6 and x.plen < 127 and prefix_match(a, x.addr, x.plen):
-            if common_prefix_len(a, x.addr, 16) >= x.plen and _host_bits_zero(a, x.plen):
+            if _host_bits_zero(a, x.plen):
                 return True
     return False
 
@@ -852,7 +856,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     plen = p.l3len
     if plen > IPV6_MIN_MTU - IP6_HLEN - ICMP_HLEN:
         plen = IPV6_MIN_MTU - IP6_HLEN - ICMP_HLEN
-    if not make_headroom(c, p, IP6_HLEN + ICMP_HLEN + 22):
+    if not make_headroom(c, p, IP6_HLEN + ICMP_HLEN + L2_RESERVE):
         set_drop(p, R_NO_HEADROOM)
         return False
     p.l3 -= IP6_HLEN + ICMP_HLEN
@@ -963,7 +967,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     room -= IP4_HLEN + ICMP_HLEN
     plen = p.l3len if <uint32_t>p.l3len < room else room
     ttl = d.hoplimit if d.hoplimit else c.ip_default_ttl
-    if not make_headroom(c, p, IP4_HLEN + ICMP_HLEN + 22):
+    if not make_headroom(c, p, IP4_HLEN + ICMP_HLEN + L2_RESERVE):
         set_drop(p, R_NO_HEADROOM)
         return False
     cdef uint8_t otos = ip4[1]
@@ -1272,7 +1276,7 @@ cdef int ip6_local_deliver(ctx_t* c, pkt_t* p) noexcept nogil:
     an SRH goes to ipv6_srh_rcv(); anything else is delivered to the upper
     layer (verdict local: fastpath models no sockets)."""
     cdef uint8_t* ip6 = p.row + p.l3
-    cdef int32_t off = IP6_HLEN, hl
+    cdef int32_t off = IP6_HLEN
     cdef uint8_t nh = ip6[6]
     if nh == NEXTHDR_HOP:
         if off + 2 > p.l3len:
@@ -1847,7 +1851,7 @@ cdef bint srh_insert_source(const ctx_t* c, pkt_t* p, uint32_t dev_ifindex, uint
     return ipv6_get_saddr(c, dev_ifindex, p.row + p.l3 + 24, out)
 
 
-cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept nogil:
+cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     """End.B6 (seg6_do_srh_inline): insert the policy's SRH after the IPv6
     header without advancing the packet's own SRH; segments[0] = the DA,
     DA = segments[last entry]."""
@@ -1861,7 +1865,7 @@ cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept n
     if (isrh_has_hmac(c, s)):
         set_drop(p, R_NOT_SUPPORTED)
         return -1
-    if not make_headroom(c, p, hl + 22):
+    if not make_headroom(c, p, hl + L2_RESERVE):
         set_drop(p, R_NO_HEADROOM)
         return -1
     memmove(p.row + p.l3 - hl, p.row + p.l3, IP6_HLEN)
@@ -1901,7 +1905,7 @@ cdef int end_b6_encap(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noex
         set_drop(p, R_NOT_SUPPORTED)
         return -1
     advance_nextseg(p.row + p.l3, srhoff)
-    if not make_headroom(c, p, tot + 22):
+    if not make_headroom(c, p, tot + L2_RESERVE):
         set_drop(p, R_NO_HEADROOM)
         return -1
     inner = p.row + p.l3
@@ -1963,7 +1967,7 @@ cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     elif s.action == S6_END_DX2:
         rc = end_dx2(c, p, s)
     elif s.action == S6_END_B6:
-        rc = end_b6(c, p, s, d)
+        rc = end_b6(c, p, s)
     elif s.action == S6_END_B6_ENCAP:
         rc = end_b6_encap(c, p, s, d)
     else:
@@ -2309,7 +2313,6 @@ cdef class Datapath:
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
-        cdef cnp.ndarray a
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
