@@ -1,0 +1,136 @@
+"""Benchmark scenarios: a config text and a batch of packets per scenario.
+
+Shared by ``python -m fastpath.bench``, the pytest-benchmark suites in
+``bench/`` and the multi-process dataplane's benchmark traffic.  Each
+builder is ``build(n_routes, batch, flows, rng) -> (config_text, frames,
+iif)``; ``SCENARIOS`` maps a name to ``(description, builder)``.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+
+def _ipv6_forward_scenario(n_routes: int, batch: int, flows: int, rng):
+    lines = ["ip -6 addr add 2001:db8:1::1/64 dev eth0",
+             "ip -6 addr add 2001:db8:2::1/64 dev eth1"]
+    prefixes = []
+    for k in range(n_routes):
+        net = ipaddress.IPv6Network((0x2400_0000 << 96 | k << 80, 48))
+        prefixes.append(net)
+        lines.append(f"ip -6 route add {net} via 2001:db8:2::2 dev eth1")
+    dsts = [prefixes[int(i)].network_address + 1 for i in rng.integers(0, n_routes, flows)]
+    pkts = []
+    for i in range(batch):
+        d = dsts[i % flows]
+        hdr = bytes([0x60, 0, 0, 0, 0, 8, 17, 64]) + \
+            ipaddress.IPv6Address("2001:db8:1::2").packed + d.packed
+        pkts.append(hdr + bytes([0x12, 0x34, 0x56, 0x78, 0, 8, 0, 0]))
+    return "\n".join(lines), pkts, "eth0"
+
+
+def _ipv4_forward_scenario(n_routes: int, batch: int, flows: int, rng):
+    lines = ["ip addr add 10.0.1.1/24 dev eth0", "ip addr add 10.0.2.1/24 dev eth1"]
+    nets = []
+    for k in range(n_routes):
+        net = ipaddress.IPv4Network(((20 << 24) + (k << 8), 24))
+        nets.append(net)
+        lines.append(f"ip route add {net} via 10.0.2.2 dev eth1")
+    pkts = []
+    for i in rng.integers(0, n_routes, batch):
+        d = nets[int(i) % len(nets)].network_address + 1
+        hdr = bytearray([0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]) + \
+            ipaddress.IPv4Address("10.0.1.2").packed + d.packed
+        s = sum(int.from_bytes(hdr[j:j + 2], "big") for j in range(0, 20, 2))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        hdr[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+        pkts.append(bytes(hdr) + bytes([0x12, 0x34, 0x56, 0x78, 0, 8, 0, 0]))
+    return "\n".join(lines), pkts, "eth0"
+
+
+def _ipv6_noroute_scenario(n_routes: int, batch: int, flows: int, rng):
+    cfg, pkts, iif = _ipv6_forward_scenario(1, batch, 1, rng)
+    out = []
+    for p in pkts:
+        out.append(p[:24] + ipaddress.IPv6Address("2001:db8:99::1").packed + p[40:])
+    return cfg, out, iif
+
+
+def _eth(pkt: bytes) -> bytes:
+    """An Ethernet frame around an IPv6 packet (the seeds' 94-byte End frames)."""
+    return bytes.fromhex("020000000001020000000002") + (b"\x86\xdd" if pkt[0] >> 4 == 6 else b"\x08\x00") + pkt
+
+
+def _srv6_base(n_routes: int):
+    lines = ["ip -6 addr add 2001:db8:1::1/64 dev eth0", "ip -6 addr add 2001:db8:2::1/64 dev eth1",
+             "ip addr add 10.0.1.1/24 dev eth0", "ip addr add 10.0.2.1/24 dev eth1",
+             "ip -6 neigh add 2001:db8:2::2 lladdr 02:00:00:00:00:22 dev eth1",
+             "ip neigh add 10.0.2.2 lladdr 02:00:00:00:00:22 dev eth1",
+             "ip -6 route add fc00:2::/32 via 2001:db8:2::2 dev eth1",
+             "ip route add 198.18.0.0/15 via 10.0.2.2 dev eth1",
+             "ip route add 198.18.0.0/15 via 10.0.2.2 dev eth1 table 100"]
+    for k in range(n_routes):
+        lines.append(f"ip -6 route add {ipaddress.IPv6Network((0x2400_0000 << 96 | k << 80, 48))} "
+                     "via 2001:db8:2::2 dev eth1")
+    return lines
+
+
+def _end_packet(sid: str, nxt: str, hlim=64) -> bytes:
+    """IPv6 + SRH with two segments (SL 1), no payload: 80 bytes (94 framed)."""
+    srh = bytes([59, 4, 4, 1, 1, 0, 0, 0]) + ipaddress.IPv6Address(nxt).packed + \
+        ipaddress.IPv6Address(sid).packed
+    return bytes([0x60, 0, 0, 0, 0, len(srh), 43, hlim]) + \
+        ipaddress.IPv6Address("2001:db8:1::2").packed + ipaddress.IPv6Address(sid).packed + srh
+
+
+def _ipip_packet(sid: str, dst4: str, k: int) -> bytes:
+    """IPv4/UDP in IPv6, no SRH: 68 bytes (82 framed)."""
+    inner = bytearray([0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]) + \
+        ipaddress.IPv4Address("198.51.100.1").packed + ipaddress.IPv4Address(dst4).packed
+    sm = sum(int.from_bytes(inner[j:j + 2], "big") for j in range(0, 20, 2))
+    while sm >> 16:
+        sm = (sm & 0xFFFF) + (sm >> 16)
+    inner[10:12] = (~sm & 0xFFFF).to_bytes(2, "big")
+    inner = bytes(inner) + (1000 + k % 1000).to_bytes(2, "big") + bytes([0, 53, 0, 8, 0, 0])
+    return bytes([0x60, 0, 0, 0, 0, len(inner), 4, 64]) + \
+        ipaddress.IPv6Address("2001:db8:1::2").packed + ipaddress.IPv6Address(sid).packed + inner
+
+
+def _behaviour_scenario(action: str):
+    def build(n_routes: int, batch: int, flows: int, rng):
+        lines = _srv6_base(n_routes)
+        sid = "fc00:1::100"
+        attrs = {"End": "", "End.X": " nh6 2001:db8:2::2", "End.T": " table 254",
+                 "End.DX4": " nh4 10.0.2.2", "End.DT4": " vrftable 100", "End.DT6": " table 254",
+                 "End.DX6": " nh6 2001:db8:2::2"}[action]
+        lines.append(f"ip -6 route add {sid}/128 encap seg6local action {action}{attrs} dev eth0")
+        pkts = []
+        for i in range(batch):
+            f = i % flows
+            if action in ("End", "End.X", "End.T"):
+                p = _end_packet(sid, f"fc00:2::{f + 1:x}")
+            elif action in ("End.DX4", "End.DT4"):
+                p = _ipip_packet(sid, f"198.18.{f // 250}.{f % 250 + 1}", f)
+            else:
+                inner = _end_packet("fc00:2::1", "fc00:2::1")[:40]
+                inner = inner[:6] + b"\x3b" + inner[7:24] + \
+                    ipaddress.IPv6Address(f"2400:0:{f % max(n_routes, 1):x}::1").packed
+                p = bytes([0x60, 0, 0, 0, 0, 40, 41, 64]) + \
+                    ipaddress.IPv6Address("2001:db8:1::2").packed + ipaddress.IPv6Address(sid).packed + inner
+            pkts.append(_eth(p))
+        return "\n".join(lines), pkts, "eth0"
+    return build
+
+
+SCENARIOS = {
+    "ipv6-forward": ("IPv6 forward, /48 routes, 64-byte UDP", _ipv6_forward_scenario),
+    "ipv4-forward": ("IPv4 forward, /24 routes, 36-byte UDP", _ipv4_forward_scenario),
+    "ipv6-noroute": ("IPv6 no route: ICMPv6 unreachable built", _ipv6_noroute_scenario),
+    "End": ("End, 94-byte frames, 2-segment SRH", _behaviour_scenario("End")),
+    "End.X": ("End.X, 94-byte frames", _behaviour_scenario("End.X")),
+    "End.T": ("End.T (table main), 94-byte frames", _behaviour_scenario("End.T")),
+    "End.DX4": ("End.DX4, 82-byte IPv4-in-IPv6 UDP frames", _behaviour_scenario("End.DX4")),
+    "End.DT4": ("End.DT4 (vrftable 100), 82-byte frames", _behaviour_scenario("End.DT4")),
+    "End.DX6": ("End.DX6, IPv6-in-IPv6 frames", _behaviour_scenario("End.DX6")),
+    "End.DT6": ("End.DT6 (table main), IPv6-in-IPv6 frames", _behaviour_scenario("End.DT6")),
+}
