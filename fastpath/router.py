@@ -20,25 +20,30 @@ from .reasons import REASON_IDS, REASON_NAMES
 from .tables import RESERVED_DSTS, RTN_NAMES, compile_tables
 
 MODES = ("noref", "refcount")
+USE_STATS = ("lazy", "shared")
 
 
 class Router:
     """A userspace model of one Linux router's SRv6/IPv6/IPv4 datapath."""
 
-    def __init__(self, mode: str = "noref"):
+    def __init__(self, mode: str = "noref", use_stats: str = "lazy"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if use_stats not in USE_STATS:
+            raise ValueError(f"use_stats must be one of {USE_STATS}, not {use_stats!r}")
         self.mode = mode
+        self.use_stats = use_stats
         self.state = State()
         self._dp = _datapath.Datapath()
+        self._dp.set_mode(mode, use_stats)
         self._tables = compile_tables(self.state)
         self._load()
 
     # ------------------------------------------------------------------
     # configuration
     @classmethod
-    def from_file(cls, path, mode: str = "noref") -> "Router":
-        r = cls(mode=mode)
+    def from_file(cls, path, mode: str = "noref", use_stats: str = "lazy") -> "Router":
+        r = cls(mode=mode, use_stats=use_stats)
         with open(path, encoding="utf-8") as f:
             r.configure(f.read())
         return r

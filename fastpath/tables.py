@@ -54,7 +54,8 @@ DST_DTYPE = _rec([
     ("flags", "u1", 10), ("nh_count", "u1", 11), ("nh_first", "<u4", 12),
     ("table", "<u4", 16), ("encap", "<u4", 20), ("encap_type", "u1", 24),
     ("hoplimit", "u1", 25), ("plen", "u1", 26), ("mtu", "<u4", 28), ("metric", "<u4", 32),
-    ("prefsrc", "16u1", 36), ("use", "<u8", 56)], 64)
+    ("prefsrc", "16u1", 36), ("lastuse", "<u4", 52), ("use", "<u8", 56)], 64)
+PCPU_DTYPE = _rec([("refcnt", "<i4", 0), ("lastuse", "<u4", 4), ("use", "<u8", 8)], 16)
 NH_DTYPE = _rec([
     ("gw", "16u1", 0), ("oif", "<u4", 16), ("upper_bound", "<i4", 20),
     ("weight", "<u4", 24), ("flags", "u1", 28), ("family", "u1", 29)], 32)
@@ -330,6 +331,8 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         if k in changed:
             d["use"] = 0
             d["gen"] += 1
+            if d["refcnt"] <= 0:
+                d["refcnt"] = 1          # the FIB's own reference
     nhs = np.zeros(len(nh_rows) + 1, dtype=NH_DTYPE)
     for k, (gw, ifidx, weight, ub) in enumerate(nh_rows, start=1):
         nhs[k]["oif"] = ifidx

@@ -16,6 +16,7 @@ their pointers.
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memcpy, memmove, memset, memcmp
 from libc.stdlib cimport malloc, free
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cimport numpy as cnp
 import numpy as np
@@ -101,7 +102,7 @@ DEF RCACHE_SIZE = 1024            # route cache entries (1 << RCACHE_BITS); 24 K
 
 cdef struct rcache_t:             # one entry of the per-worker IPv6 route cache
     uint8_t daddr[16]
-    uint32_t dst
+    uint32_t dst                  # bits 0..23 the route; 24..31 the tables that missed on the way
     uint32_t gen                  # 0: empty; else the generation of the tables it was filled from
 
 
@@ -167,6 +168,15 @@ cdef struct ctx_t:
     int mp_policy6                # net.ipv6.fib_multipath_hash_policy (0 L3, 1 L4)
     int mp_policy4                # net.ipv4.fib_multipath_hash_policy
     bint v4_full_rpcheck          # custom IPv4 rules or local routes: full fib_validate_source
+    # route caches (see DESIGN.md, "The contention model")
+    int refmode                   # MODE_NOREF or MODE_REFCOUNT
+    int use_mode                  # USE_SHARED or USE_LAZY
+    fp_pcpu* pcpu                 # this worker's copies of the routes, [npcpu]
+    uint32_t npcpu
+    uint32_t jiffies              # the tick of this batch (HZ 250)
+    uint64_t hold_fail            # references refused: the entry was being freed
+    bint check_gen                # verify each packet's route generation at its end
+    uint64_t gen_violations       # packets whose route was freed/reused under them
 
 
 cdef struct pkt_t:
@@ -190,6 +200,10 @@ cdef struct pkt_t:
     bint l2_done                  # End.DX2: the frame already is the L2 frame to send
     int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
     int64_t ts                    # the packet's timestamp (ns): the clock of the rate limits
+    int32_t held                  # the route this packet holds a reference on (-1: none)
+    bint held_pcpu                # ... on this worker's copy (IPv6) or the shared entry
+    uint32_t chk_dst              # route of the last lookup and its generation (check_gen)
+    uint32_t chk_gen
 
 
 # trace events (decoded by fastpath/trace.py, which keeps the same numbers)
@@ -339,20 +353,24 @@ cdef inline bint rule_match(const fp_rule* r, const uint8_t* saddr, const uint8_
     return True
 
 
-cdef inline uint32_t fib6_lookup(const ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
-                                 uint32_t iif) noexcept nogil:
+cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                                 uint32_t iif, uint32_t* nmiss) noexcept nogil:
     """fib6_rule_lookup(), through the per-worker route cache.
 
     While no IPv6 rule selects on source address or ingress interface, the
     result depends on the destination alone, so it is cached by destination
     (two-way set associative; a new table generation empties it).  The cache changes
-    how fast, never what: a hit returns what the walk returned.  Traces walk
-    the rules every time."""
+    how fast, never what: a hit returns what the walk returned, and how many
+    tables missed on the way (``nmiss``: each miss is a hold and a release
+    of ip6_null_entry in refcount mode).  Traces walk the rules every time.
+    Every lookup that finds a route updates its use statistics."""
     cdef uint64_t a, b, h
     cdef rcache_t* e
-    cdef uint32_t rt
+    cdef uint32_t rt, v
     if not c.rcache_on or c.trace != NULL:
-        return fib6_walk(c, daddr, saddr, iif)
+        rt = fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
+        dst_use(c, rt)
+        return rt
     memcpy(&a, daddr, 8)
     memcpy(&b, daddr + 8, 8)
     h = a * 0x9E3779B97F4A7C15ULL
@@ -362,24 +380,105 @@ cdef inline uint32_t fib6_lookup(const ctx_t* c, const uint8_t* daddr, const uin
     # two-way set associative: the pair (2k, 2k + 1), most recent first
     e = &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
     if e[0].gen == c.rcache_gen and eq16(e[0].daddr, daddr):
-        return e[0].dst
-    if e[1].gen == c.rcache_gen and eq16(e[1].daddr, daddr):
-        return e[1].dst
-    rt = fib6_walk(c, daddr, saddr, iif)
-    e[1] = e[0]
-    memcpy(e[0].daddr, daddr, 16)
-    e[0].dst = rt
-    e[0].gen = c.rcache_gen
+        v = e[0].dst
+    elif e[1].gen == c.rcache_gen and eq16(e[1].daddr, daddr):
+        v = e[1].dst
+    else:
+        rt = fib6_walk(c, daddr, saddr, iif, &v, NULL)
+        v = (v << 24) | rt
+        e[1] = e[0]
+        memcpy(e[0].daddr, daddr, 16)
+        e[0].dst = v
+        e[0].gen = c.rcache_gen
+    rt = v & 0xFFFFFF
+    nmiss[0] = v >> 24
+    dst_use(c, rt)
     return rt
 
 
-cdef uint32_t fib6_walk(const ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
-                        uint32_t iif) noexcept nogil:
+cdef inline void dst_use(ctx_t* c, uint32_t rt) noexcept nogil:
+    """``dst.__use++; dst.lastuse = jiffies`` of ip6_pol_route: on the shared
+    route every lookup (USE_SHARED, the "before" of seeds/003), or on this
+    worker's copy, flushed to the shared route at most once per tick
+    (USE_LAZY, the "after")."""
+    cdef fp_dst* d
+    cdef fp_pcpu* pc
+    if rt < DST_FIRST_ROUTE or rt >= c.ndst:
+        return
+    d = &c.dsts[rt]
+    if c.use_mode == USE_LAZY and rt < c.npcpu:
+        pc = &c.pcpu[rt]
+        pc.use += 1
+        if pc.lastuse != c.jiffies:
+            d.use += pc.use
+            d.lastuse = c.jiffies
+            pc.use = 0
+            pc.lastuse = c.jiffies
+    else:
+        d.use += 1
+        d.lastuse = c.jiffies
+
+
+# ---------------------------------------------------------------------------
+# references (refcount mode): ip6_hold_safe / skb_dst_force / dst_release
+# ---------------------------------------------------------------------------
+
+cdef inline void dst_release_pkt(ctx_t* c, pkt_t* p) noexcept nogil:
+    """skb_dst_drop(): release the reference the packet holds, if any."""
+    if p.held < 0:
+        return
+    if p.held_pcpu:
+        fp_atomic_fetch_add32(&c.pcpu[p.held].refcnt, -1)
+    else:
+        fp_atomic_fetch_add32(&c.dsts[p.held].refcnt, -1)
+    p.held = -1
+
+
+cdef inline bint dst_hold_pkt(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """Take a reference on ``rt`` for the packet (dropping the one it held,
+    as skb_dst_drop + skb_dst_set).  IPv6 routes are held on this worker's
+    copy (rt6_get_pcpu_route): the atomic stays on a private line; the
+    shared entries (null, blackhole, prohibit, IPv4 input routes) are held
+    on the one line every worker shares.  Fails, as dst_hold_safe /
+    rcuref_get, when the entry is being freed (its count fell to zero)."""
+    cdef fp_dst* d = &c.dsts[rt]
+    cdef int32_t old
+    dst_release_pkt(c, p)
+    if rt >= DST_FIRST_ROUTE and d.family == 6 and rt < c.npcpu:
+        if fp_atomic_load32(&d.refcnt) <= 0:
+            return False
+        fp_atomic_fetch_add32(&c.pcpu[rt].refcnt, 1)
+        p.held_pcpu = True
+    else:
+        old = fp_atomic_fetch_add32(&d.refcnt, 1)
+        if old <= 0:
+            fp_atomic_fetch_add32(&d.refcnt, -1)
+            return False
+        p.held_pcpu = False
+    p.held = <int32_t>rt
+    return True
+
+
+cdef inline void null_hold_put(ctx_t* c, uint32_t n) noexcept nogil:
+    """fib6_rule_action: a table that misses hands out ip6_null_entry, held,
+    and the rule walk puts it back before trying the next rule."""
+    cdef uint32_t k
+    for k in range(n):
+        fp_atomic_fetch_add32(&c.dsts[DST_IP6_NULL].refcnt, 1)
+        fp_atomic_fetch_add32(&c.dsts[DST_IP6_NULL].refcnt, -1)
+
+
+cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                        uint32_t iif, uint32_t* nmiss, pkt_t* hold) noexcept nogil:
     """fib6_rule_lookup: walk the rules by preference; a table miss (the null
     entry) or a throw route goes on to the next rule; no match at all gives
-    ip6_null_entry."""
+    ip6_null_entry.  ``nmiss`` counts the tables that missed.  With ``hold``
+    (refcount mode, after a refused reference) each table's route is held
+    for that packet as it is found, and one that cannot be held counts as a
+    miss, as ip6_hold_safe falling back to the null entry."""
     cdef uint32_t k, v
     cdef const fp_rule* r
+    nmiss[0] = 0
     for k in range(c.nrules6):
         r = &c.rules6[k]
         if not rule_match(r, saddr, daddr, iif):
@@ -390,9 +489,14 @@ cdef uint32_t fib6_walk(const ctx_t* c, const uint8_t* daddr, const uint8_t* sad
                 continue
             v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
             tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
-            if v == 0 or v >= c.ndst:
+            if v == 0 or v >= c.ndst or c.dsts[v].type == RTN_THROW:
+                if nmiss[0] < 255:
+                    nmiss[0] += 1
+                if hold != NULL:
+                    null_hold_put(c, 1)
                 continue
-            if c.dsts[v].type == RTN_THROW:
+            if hold != NULL and not dst_hold_pkt(c, hold, v):
+                null_hold_put(c, 1)
                 continue
             return v
         elif r.action == FR_ACT_BLACKHOLE:
@@ -773,6 +877,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     """icmp6_send(): turn the packet into the ICMPv6 error about it, routed back
     to its source.  Returns False (packet dropped with ``reason``, or with
     no_icmp_route) when the kernel would send nothing."""
+    cdef uint32_t nmiss
     cdef uint8_t* ip6 = p.row + p.l3
     cdef uint8_t saddr[16]
     cdef uint8_t osrc[16]
@@ -812,16 +917,16 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     cdef uint8_t zero[16]
     memset(zero, 0, 16)
     if not have_saddr:
-        rt = fib6_lookup(c, osrc, zero, c.lo_ifindex)
+        rt = fib6_lookup(c, osrc, zero, c.lo_ifindex, &nmiss)
         d = &c.dsts[rt]
         if (d.type == RTN_UNICAST or d.type == RTN_LOCAL) and not in6_is_zero(d.prefsrc):
             memcpy(saddr, d.prefsrc, 16)
             have_saddr = True
         elif ipv6_get_saddr(c, p.iif, osrc, saddr):
             have_saddr = True
-            rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
+            rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex, &nmiss)
     else:
-        rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex)
+        rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex, &nmiss)
     d = &c.dsts[rt]
     # icmpv6_route_lookup: no error sent where there is no route back, nor
     # to one of our own (local or anycast) addresses
@@ -1178,6 +1283,7 @@ cdef inline bint ip6_mc_local(const uint8_t* a) noexcept nogil:
 
 cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
     """ip6_rcv_core() then ip6_route_input() and the route's input function."""
+    cdef uint32_t nmiss
     cdef uint8_t* ip6 = p.row + p.l3
     cdef uint32_t plen, rt
     cdef const fp_dst* d
@@ -1215,8 +1321,11 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         else:
             set_drop(p, R_MULTICAST)
         return
-    rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif)
+    rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d = &c.dsts[rt]
+    if c.check_gen:
+        p.chk_dst = rt
+        p.chk_gen = d.gen
     if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6LOCAL and not (d.flags & DSTF_DEAD):
         p.dst = rt
         tr(c, T_ROUTE, rt, 6, NULL)
@@ -1238,7 +1347,8 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     cdef const fp_dst* d = &c.dsts[rt]
     p.dst = rt
     tr(c, T_ROUTE, rt, 6, NULL)
-    if d.flags & DSTF_DEAD:
+    if (d.flags & DSTF_DEAD) and p.held != <int32_t>rt:
+        # reached without a reference after its removal (noref): discarded
         set_drop(p, R_ROUTE_DEAD)
         return -1
     if d.type == RTN_UNICAST:
@@ -1321,6 +1431,7 @@ cdef int ipv6_srh_rcv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
     IPv6/IPv4 packet and receive it again, else deliver; SL too large:
     Parameter Problem at the SL field; else SL--, new DA, route again (a
     local DA loops here with the hop limit checked and decremented)."""
+    cdef uint32_t nmiss
     cdef uint8_t* ip6 = p.row + p.l3
     cdef uint8_t* hdr
     cdef uint32_t rt
@@ -1371,7 +1482,7 @@ cdef int ipv6_srh_rcv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
         hdr[3] -= 1
         memcpy(ip6 + 24, hdr + 8 + (<int32_t>hdr[3] << 4), 16)
         tr(c, T_ADVANCE, hdr[3], 0, ip6 + 24)
-        rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif)
+        rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
         if c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST:
             tr(c, T_ROUTE, rt, 6, NULL)
             if ip6[7] <= 1:
@@ -1538,17 +1649,39 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
     table that does not exist gives the blackhole entry too."""
     cdef const uint8_t* ip6 = p.row + p.l3
     cdef const uint8_t* daddr = nhaddr if nhaddr != NULL else ip6 + 24
-    cdef uint32_t rt, v
+    cdef uint32_t rt, v, nmiss = 0
     if not by_table:
-        rt = fib6_lookup(c, daddr, ip6 + 8, p.iif)
+        rt = fib6_lookup(c, daddr, ip6 + 8, p.iif, &nmiss)
+        if c.refmode == MODE_REFCOUNT:
+            # without RT6_LOOKUP_F_DST_NOREF: every table that misses holds
+            # and puts ip6_null_entry, the route found is held
+            null_hold_put(c, nmiss)
+            if not dst_hold_pkt(c, p, rt):
+                c.hold_fail += 1
+                rt = fib6_walk(c, daddr, ip6 + 8, p.iif, &nmiss, p)
+                if rt == DST_IP6_NULL:
+                    dst_hold_pkt(c, p, rt)
     elif slot < 0 or <uint32_t>slot >= c.nlpm6:
         tr(c, T_TABLE, 0xFFFFFFFFu, DST_IP6_BLACKHOLE, daddr)
-        return DST_IP6_BLACKHOLE
+        rt = DST_IP6_BLACKHOLE
+        if c.refmode == MODE_REFCOUNT:
+            dst_hold_pkt(c, p, rt)
+        return rt
     else:
         v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
         rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
         tr(c, T_TABLE, slot, rt, daddr)
+        dst_use(c, rt)
+        if c.refmode == MODE_REFCOUNT and not dst_hold_pkt(c, p, rt):
+            c.hold_fail += 1
+            rt = DST_IP6_NULL
+            dst_hold_pkt(c, p, rt)
+    if c.check_gen:
+        p.chk_dst = rt
+        p.chk_gen = c.dsts[rt].gen
     if not local_delivery and (c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST):
+        if c.refmode == MODE_REFCOUNT:
+            dst_hold_pkt(c, p, DST_IP6_BLACKHOLE)
         return DST_IP6_BLACKHOLE
     return rt
 
@@ -1742,7 +1875,7 @@ cdef int end_usd(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
         if not inner_ip4_ok(p):
             return -1
         p.family = 4
-        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1)
+        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True)
     set_drop(p, R_INNER_MISSING)
     return -1
 
@@ -1788,7 +1921,7 @@ cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
         return -1
     p.family = 4
     nh4 = rd32(s.nh4)
-    return ip4_route_input(c, p, nh4 if nh4 else rd32(p.row + p.l3 + 16), -1)
+    return ip4_route_input(c, p, nh4 if nh4 else rd32(p.row + p.l3 + 16), -1, True)
 
 
 cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
@@ -1802,7 +1935,7 @@ cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     if s.slot4 < 0:
         set_drop(p, R_NO_ROUTE)
         return -1
-    return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), s.slot4)
+    return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), s.slot4, True)
 
 
 cdef int end_dt46(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
@@ -2065,7 +2198,7 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
     if ihl > IP4_HLEN:
         set_drop(p, R_NOT_SUPPORTED)     # IP options: not modelled yet
         return
-    ip4_route_input(c, p, rd32(ip4 + 16), -1)
+    ip4_route_input(c, p, rd32(ip4 + 16), -1, False)
 
 
 cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_t saddr,
@@ -2086,11 +2219,14 @@ cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_
     return not (t == RTN_LOCAL or t == RTN_BROADCAST or t == RTN_MULTICAST or t == RTN_ANYCAST)
 
 
-cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexcept nogil:
+cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint ref) noexcept nogil:
     """ip_route_input(skb, daddr, saddr, ...) then dst_input(): martian
     checks, the lookup (through the rules, or in one table when ``slot`` >= 0:
     End.DT4's table), then forward, deliver or ip_error().  Returns 0, or -1
-    where the kernel's return code is an error."""
+    where the kernel's return code is an error.  ``ref``: the refcounted
+    ip_route_input() of End.DX4/End.DT4 (before seeds/000): in refcount mode
+    skb_dst_force() takes a reference on the input route, which every worker
+    shares; receive itself is ip_route_input_noref()."""
     cdef uint8_t* ip4 = p.row + p.l3
     cdef uint32_t saddr = rd32(ip4 + 12)
     cdef uint32_t rt, v
@@ -2121,7 +2257,14 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot) noexc
     p.dst = rt
     tr(c, T_ROUTE, rt, 4, NULL)
     d = &c.dsts[rt]
-    if d.flags & DSTF_DEAD:
+    if c.check_gen:
+        p.chk_dst = rt
+        p.chk_gen = d.gen
+    if ref and c.refmode == MODE_REFCOUNT and not dst_hold_pkt(c, p, rt):
+        c.hold_fail += 1
+        set_drop(p, R_ROUTE_DEAD)        # skb_dst_force() found it being freed
+        return -1
+    if (d.flags & DSTF_DEAD) and p.held != <int32_t>rt:
         set_drop(p, R_ROUTE_DEAD)
         return -1
     if d.type == RTN_BROADCAST or d.type == RTN_LOCAL:
@@ -2238,6 +2381,16 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
 
 
 cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
+    """The packet's path, then the release of the reference it holds (the
+    skb leaving: transmitted or freed)."""
+    process_path(c, p)
+    if p.held >= 0:
+        dst_release_pkt(c, p)
+    if c.check_gen and p.chk_dst < c.ndst and c.dsts[p.chk_dst].gen != p.chk_gen:
+        c.gen_violations += 1
+
+
+cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
     cdef const fp_dev* idev
     p.verdict = V_PENDING
     p.reason = R_NONE
@@ -2246,6 +2399,8 @@ cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
     p.has_known_nh = False
     p.l2_done = False
     p.depth = 0
+    p.held = -1
+    p.chk_dst = 0xFFFFFFFFu
     memset(p.nexthop, 0, 16)
     if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
         set_drop(p, R_TRUNCATED)
@@ -2294,6 +2449,8 @@ cdef class Datapath:
     cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
     cdef rcache_t[RCACHE_SIZE] rcache_buf
     cdef object peers                  # uint8 array holding the peer_t table
+    cdef object pcpu                   # this worker's route copies (PCPU_DTYPE as uint8 rows)
+    cdef bint own_pcpu                 # allocated here (grown with the tables) or given
 
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ctx_t))
@@ -2326,6 +2483,8 @@ cdef class Datapath:
                 raise TypeError(f"{name}: expected a C-contiguous array of {size}-byte records")
         if len(dsts) < DST_FIRST_ROUTE:
             raise ValueError("dsts must hold the reserved entries")
+        if self.pcpu is None or (self.own_pcpu and len(self.pcpu) < len(dsts)):
+            self._own_pcpu(len(dsts))
         self.c.dsts = <fp_dst*>cnp.PyArray_DATA(dsts)
         self.c.ndst = len(dsts)
         self.c.nhs = <const fp_nh*>cnp.PyArray_DATA(nhs)
@@ -2405,6 +2564,58 @@ cdef class Datapath:
         self.c.hop_limit = hop_limit
         self.refs = refs
 
+    cdef _own_pcpu(self, Py_ssize_t n):
+        pc = np.zeros((n, sizeof(fp_pcpu)), dtype=np.uint8)
+        if self.pcpu is not None and self.own_pcpu:
+            pc[:len(self.pcpu)] = self.pcpu
+        self._set_pcpu(pc)
+        self.own_pcpu = True
+
+    cdef _set_pcpu(self, pc):
+        self.pcpu = pc
+        self.c.pcpu = <fp_pcpu*>cnp.PyArray_DATA(pc)
+        self.c.npcpu = len(pc)
+
+    def set_mode(self, mode="noref", use_stats="lazy", pcpu=None, bint check_gen=False):
+        """The route-cache mode: ``noref`` or ``refcount`` (seg6local's
+        lookups hold a reference, as before seeds/000-002), ``use_stats``
+        ``shared`` or ``lazy`` (seeds/003), and optionally this worker's
+        per-route copies (uint8[N, 16] rows of PCPU_DTYPE, e.g. in shared
+        memory, N >= the route entries) instead of private ones.
+        ``check_gen``: count packets whose route changed generation under
+        them (the stress tests' check that no freed entry is used)."""
+        if mode not in ("noref", "refcount"):
+            raise ValueError(f"mode must be 'noref' or 'refcount', not {mode!r}")
+        if use_stats not in ("shared", "lazy"):
+            raise ValueError(f"use_stats must be 'shared' or 'lazy', not {use_stats!r}")
+        if pcpu is not None:
+            if (not isinstance(pcpu, np.ndarray) or pcpu.dtype != np.uint8 or pcpu.ndim != 2
+                    or pcpu.shape[1] != sizeof(fp_pcpu) or not pcpu.flags.c_contiguous):
+                raise TypeError(f"pcpu: expected a C-contiguous uint8[N, {sizeof(fp_pcpu)}] array")
+            if self.c.ndst and len(pcpu) < self.c.ndst:
+                raise ValueError("pcpu must have a row per route entry")
+            self._set_pcpu(pcpu)
+            self.own_pcpu = False
+        self.c.refmode = MODE_REFCOUNT if mode == "refcount" else MODE_NOREF
+        self.c.use_mode = USE_LAZY if use_stats == "lazy" else USE_SHARED
+        self.c.check_gen = check_gen
+
+    @property
+    def mode(self):
+        return "refcount" if self.c.refmode == MODE_REFCOUNT else "noref"
+
+    @property
+    def use_stats(self):
+        return "lazy" if self.c.use_mode == USE_LAZY else "shared"
+
+    def pcpu_records(self):
+        """This worker's route copies (uint8 rows of PCPU_DTYPE), live."""
+        return self.pcpu
+
+    def cache_counters(self):
+        """References refused (entry being freed) and generation violations."""
+        return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations}
+
     def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
                 int linktype, timestamp_ns=None):
         """Run every packet of a batch through the datapath, in place.  The
@@ -2428,6 +2639,7 @@ cdef class Datapath:
         cdef int32_t slot, exact
         cdef uint8_t* buf
         cdef Py_ssize_t nfrag = 0
+        cdef timespec now
         if self.c.ndst == 0:
             raise RuntimeError("Datapath.load() was not called")
         _check_array(data, "data", cnp.NPY_UINT8, 2, -1)
@@ -2466,6 +2678,10 @@ cdef class Datapath:
         ds = <uint32_t*>cnp.PyArray_DATA(dst)
         if timestamp_ns is not None and n:
             tsp = <int64_t*>cnp.PyArray_DATA(timestamp_ns)
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        self.c.jiffies = <uint32_t>((<uint64_t>now.tv_sec * 250) + <uint64_t>now.tv_nsec // 4000000)
+        if self.c.ndst > self.c.npcpu:
+            raise RuntimeError("the per-worker route copies are smaller than the tables")
         with nogil:
             for i in range(n):
                 p.row = base + i * slot
@@ -2532,6 +2748,8 @@ cdef class Datapath:
 
     def reset_counters(self):
         memset(self.reasons, 0, sizeof(self.reasons))
+        self.c.hold_fail = 0
+        self.c.gen_violations = 0
         if self.s6l_counters is not None:
             self.s6l_counters[...] = 0
 
@@ -2543,7 +2761,7 @@ cdef class Datapath:
     def record_sizes():
         return {"dst": sizeof(fp_dst), "nh": sizeof(fp_nh), "dev": sizeof(fp_dev),
                 "addr": sizeof(fp_addr), "rule": sizeof(fp_rule), "neigh": sizeof(fp_neigh),
-                "s6l": sizeof(fp_s6l),
+                "s6l": sizeof(fp_s6l), "pcpu": sizeof(fp_pcpu),
                 "reasons": R_COUNT}
 
 
@@ -2564,7 +2782,8 @@ def record_offsets():
            "encap_type": <char*>&d.encap_type - b, "hoplimit": <char*>&d.hoplimit - b,
            "plen": <char*>&d.plen - b,
            "mtu": <char*>&d.mtu - b, "metric": <char*>&d.metric - b,
-           "prefsrc": <char*>&d.prefsrc[0] - b, "use": <char*>&d.use - b}
+           "prefsrc": <char*>&d.prefsrc[0] - b, "lastuse": <char*>&d.lastuse - b,
+           "use": <char*>&d.use - b}
     b = <char*>&nh
     nhs = {"gw": <char*>&nh.gw[0] - b, "oif": <char*>&nh.oif - b,
            "upper_bound": <char*>&nh.upper_bound - b, "weight": <char*>&nh.weight - b,

@@ -139,8 +139,30 @@ ctypedef struct fp_dst:          # 64 bytes, one cache line
     uint32_t mtu                 # 28  route mtu metric (0: device's)
     uint32_t metric              # 32
     uint8_t prefsrc[16]          # 36  preferred source (IPv4 in bytes 0..3), zero = none
-    uint32_t pad1                # 52
+    uint32_t lastuse             # 52  dst.lastuse (statistics), in ticks (jiffies)
     uint64_t use                 # 56  dst.__use (statistics)
+
+ctypedef struct fp_pcpu:         # 16 bytes: one worker's copy of a route (rt6_get_pcpu_route)
+    int32_t refcnt               # 0   references this worker's packets hold (refcount mode)
+    uint32_t lastuse             # 4   tick of the last flush of ``use`` to the shared route
+    uint64_t use                 # 8   lookups not yet flushed (lazy __use, seeds/003)
+
+# route-cache modes (Router/Dataplane ``mode``, ``use_stats``)
+cdef enum:
+    MODE_NOREF = 0               # no references; QSBR protects the entries
+    MODE_REFCOUNT = 1            # seg6local lookups hold a reference (atomic add/sub)
+    USE_SHARED = 0               # __use/lastuse written on the shared route every lookup
+    USE_LAZY = 1                 # counted per worker, flushed once per tick
+
+
+cdef extern from "fp_atomic.h":
+    int32_t fp_atomic_fetch_add32(int32_t* p, int32_t v) noexcept nogil
+    int32_t fp_atomic_load32(const int32_t* p) noexcept nogil
+    uint64_t fp_atomic_load64(const uint64_t* p) noexcept nogil
+    void fp_atomic_store64(uint64_t* p, uint64_t v) noexcept nogil
+    uint64_t fp_atomic_fetch_add64(uint64_t* p, uint64_t v) noexcept nogil
+    void fp_atomic_fence() noexcept nogil
+
 
 ctypedef struct fp_nh:           # 32 bytes
     uint8_t gw[16]               # 0   IPv6 gateway, or IPv4 in bytes 0..3
