@@ -58,7 +58,17 @@ class Router:
         self._tables = compile_tables(new, self._tables)
         self.state = new
         self._load()
+        self._reclaim()
         return self
+
+    def _reclaim(self):
+        """One process, no packet in flight between calls: what the new
+        configuration retired is free at once (the Dataplane waits for a
+        grace period instead)."""
+        t = self._tables
+        if t.retired:
+            self._dp.clear_seg6local_counters(t.reclaim(t.retired))
+            t.retired = []
 
     def _load(self):
         s = self.state
@@ -144,7 +154,7 @@ class Router:
         routes = {}
         sc = self._dp.seg6local_counters()
         for k, route in enumerate(self._tables.s6l_routes):
-            if route.encap.count:
+            if route is not None and route.encap.count:
                 routes[f"{route.prefix} table {route.table}"] = {
                     "packets": int(sc[k, 0]), "bytes": int(sc[k, 1]), "errors": int(sc[k, 2])}
         return {"reasons": reasons, "routes": routes}

@@ -55,6 +55,7 @@ DST_DTYPE = _rec([
     ("table", "<u4", 16), ("encap", "<u4", 20), ("encap_type", "u1", 24),
     ("hoplimit", "u1", 25), ("plen", "u1", 26), ("mtu", "<u4", 28), ("metric", "<u4", 32),
     ("prefsrc", "16u1", 36), ("lastuse", "<u4", 52), ("use", "<u8", 56)], 64)
+_ZERO_DST = np.zeros(1, dtype=DST_DTYPE)[0]
 PCPU_DTYPE = _rec([("refcnt", "<i4", 0), ("lastuse", "<u4", 4), ("use", "<u8", 8)], 16)
 NH_DTYPE = _rec([
     ("gw", "16u1", 0), ("oif", "<u4", 16), ("upper_bound", "<i4", 20),
@@ -103,10 +104,40 @@ def _upper_bounds(weights):
 
 @dataclass
 class _Entry:
-    """One installed FIB entry: the best usable route of a (family, table, prefix)."""
+    """One installed FIB entry: the best usable route of a (family, table, prefix),
+    with what was allocated for it (kept until the entry is reclaimed)."""
     dst: int
     route: object
     sig: tuple
+    nh_first: int = 0
+    nh_count: int = 0
+    s6l: int = -1                 # seg6local parameter index, -1 none
+    blob: tuple = (0, 0)          # (offset, length) of its SRH template
+
+
+class _Pool:
+    """Ranges of a growing array handed out and given back: first fit among
+    the freed ranges of the same length, else the end.  Indexes stay valid
+    while allocated, which is what lets a route entry be read by workers
+    using an older snapshot of the arrays they point into."""
+
+    def __init__(self, start: int):
+        self.end = start
+        self.free = {}                                # length -> [offsets]
+
+    def alloc(self, n: int) -> int:
+        if n == 0:
+            return 0
+        lst = self.free.get(n)
+        if lst:
+            return lst.pop()
+        off = self.end
+        self.end += n
+        return off
+
+    def release(self, off: int, n: int):
+        if n:
+            self.free.setdefault(n, []).append(off)
 
 
 @dataclass
@@ -126,30 +157,72 @@ class Tables:
     ifindex: dict = field(default_factory=dict)      # name -> ifindex
     s6l: np.ndarray = None                           # seg6local parameters (S6L_DTYPE)
     srh_blob: np.ndarray = None                      # SRH templates of End.B6*
-    s6l_routes: list = field(default_factory=list)   # s6l index -> Route
+    s6l_routes: list = field(default_factory=list)   # s6l index -> Route (None: free)
     hmac_keys: np.ndarray = None
     dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
+    max_dsts: int = 0                                # fixed capacity (shared memory), 0: grows
+    retired: list = field(default_factory=list)      # _Entry objects replaced or removed
+    nh_rows: dict = field(default_factory=dict)      # nexthop row -> (gw, ifindex, weight, bound)
+    nh_pool: _Pool = None
+    s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
+    s6l_pool: _Pool = None
+    blob: bytearray = None
+    blob_pool: _Pool = None
 
     def __post_init__(self):
         if self.dsts is None:
             self.dsts = np.zeros(64, dtype=DST_DTYPE)
+        if not self.dsts[DST_IP6_NULL]["refcnt"]:
             for i, (_, fam, typ) in RESERVED_DSTS.items():
                 self.dsts[i]["type"] = RTN[typ]
                 self.dsts[i]["family"] = fam
                 self.dsts[i]["flags"] = DSTF_SHARED
                 self.dsts[i]["refcnt"] = 1
+        self._init_reserved()
+        self.nhs = np.zeros(1, dtype=NH_DTYPE)
+        self.nh_pool = _Pool(1)                      # row 0: no nexthop
+        self.s6l_pool = _Pool(0)
+        self.blob_pool = _Pool(8)
+        self.blob = bytearray(8)
+
+    def _init_reserved(self):
+        if not self.free_dsts:
             self.free_dsts = list(range(len(self.dsts) - 1, DST_FIRST_ROUTE - 1, -1))
-            self.nhs = np.zeros(1, dtype=NH_DTYPE)
 
     # ------------------------------------------------------------------
     def _alloc_dst(self) -> int:
         if not self.free_dsts:
+            if self.max_dsts:
+                raise ValueError(f"route table full: {self.max_dsts} route entries "
+                                 "(raise max_routes)")
             old = len(self.dsts)
             grown = np.zeros(2 * old, dtype=DST_DTYPE)   # (np.concatenate would drop the padding)
             grown[:old] = self.dsts
             self.dsts = grown
             self.free_dsts = list(range(2 * old - 1, old - 1, -1))
         return self.free_dsts.pop()
+
+    def reclaim(self, entries) -> list:
+        """Give back what retired entries held (the caller knows no packet
+        can still reach them): the route entry gets a new generation, its
+        nexthop rows, seg6local index and SRH template are freed.  Returns
+        the seg6local indexes freed (their counters are to be cleared)."""
+        freed = []
+        for e in entries:
+            gen = int(self.dsts[e.dst]["gen"])
+            self.dsts[e.dst] = _ZERO_DST
+            self.dsts[e.dst]["gen"] = (gen + 1) & 0xFFFFFFFF
+            self.free_dsts.append(e.dst)
+            for k in range(e.nh_first, e.nh_first + e.nh_count):
+                self.nh_rows.pop(k, None)
+            self.nh_pool.release(e.nh_first, e.nh_count)
+            if e.s6l >= 0:
+                self.s6l_recs.pop(e.s6l, None)
+                self.s6l_routes[e.s6l] = None
+                self.s6l_pool.release(e.s6l, 1)
+                freed.append(e.s6l)
+            self.blob_pool.release(*e.blob)
+        return freed
 
     def arrays(self):
         """Arguments of ``Datapath.load`` (the raw uint8 views)."""
@@ -290,32 +363,41 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         neighs[k]["family"] = addr.version
         neighs[k]["mac"] = np.frombuffer(mac, dtype=np.uint8)
     t.neighs = neighs
-    # --- routes: diff the best route per prefix against what is installed
+    # --- routes: diff the best route per prefix against what is installed.
+    # An entry is never rewritten while installed: a changed route gets a
+    # new entry and the old one is retired (workers may still be reading it
+    # through an older snapshot; the caller reclaims it when none can).
     best = _best_routes(state)
     new_entries = {}
-    nh_rows = []
     changed = []
     for k, r in best.items():
         sig = _route_sig(r, state)
         cur = t.entries.get(k)
         if cur is not None and cur.sig == sig:
-            new_entries[k] = _Entry(cur.dst, r, sig)
-        else:
-            new_entries[k] = _Entry(t._alloc_dst() if cur is None else cur.dst, r, sig)
-            changed.append(k)
-    removed = [k for k in t.entries if k not in new_entries]
-    # nexthops are rebuilt whole (they are small); entries keep their ids
-    for k, e in new_entries.items():
-        r = e.route
-        first = len(nh_rows) + 1
-        sig_nhs = e.sig[2]
-        bounds = _upper_bounds([w for (_, _, w, _) in sig_nhs]) if sig_nhs else []
-        for (gw, dev, weight, ifidx), ub in zip(sig_nhs, bounds):
+            new_entries[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+            continue
+        for (gw, dev, weight, ifidx) in sig[2]:
             if r.type == "unicast" and not ifidx:
                 raise ValueError(f"route {r.prefix}: gateway {gw} is not reachable from any interface"
                                  " (RTNETLINK answers: Network is unreachable)")
-            nh_rows.append((gw, ifidx, weight, ub))
+        new_entries[k] = _Entry(-1, r, sig)
+        changed.append(k)
+    retired = [t.entries[k] for k in t.entries if k not in new_entries or k in changed]
+    for k in changed:
+        e = new_entries[k]
+        r = e.route
+        sig_nhs = e.sig[2]
+        e.dst = t._alloc_dst()
+        e.nh_count = len(sig_nhs)
+        e.nh_first = t.nh_pool.alloc(e.nh_count)
+        bounds = _upper_bounds([w for (_, _, w, _) in sig_nhs]) if sig_nhs else []
+        for j, ((gw, dev, weight, ifidx), ub) in enumerate(zip(sig_nhs, bounds)):
+            t.nh_rows[e.nh_first + j] = (gw, ifidx, weight, ub)
+        gen = int(t.dsts[e.dst]["gen"])
+        t.dsts[e.dst] = _ZERO_DST
         d = t.dsts[e.dst]
+        d["gen"] = gen
+        d["refcnt"] = 1                  # the FIB's own reference
         d["type"] = RTN[r.type]
         d["family"] = r.family
         d["table"] = r.table
@@ -323,44 +405,41 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         d["plen"] = r.prefix.prefixlen
         d["mtu"] = r.mtu or 0
         d["hoplimit"] = r.hoplimit or 0
-        d["nh_first"] = first
-        d["nh_count"] = len(sig_nhs)
+        d["nh_first"] = e.nh_first
+        d["nh_count"] = e.nh_count
         d["prefsrc"] = addr16(r.src) if r.src is not None else 0
         d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
         d["encap_type"] = _encap_type(r.encap)
-        if k in changed:
-            d["use"] = 0
-            d["gen"] += 1
-            if d["refcnt"] <= 0:
-                d["refcnt"] = 1          # the FIB's own reference
-    nhs = np.zeros(len(nh_rows) + 1, dtype=NH_DTYPE)
-    for k, (gw, ifidx, weight, ub) in enumerate(nh_rows, start=1):
-        nhs[k]["oif"] = ifidx
-        nhs[k]["weight"] = weight
-        nhs[k]["upper_bound"] = ub
+    t.retired.extend(retired)
+    nhs = np.zeros(t.nh_pool.end, dtype=NH_DTYPE)
+    for row, (gw, ifidx, weight, ub) in t.nh_rows.items():
+        nhs[row]["oif"] = ifidx
+        nhs[row]["weight"] = weight
+        nhs[row]["upper_bound"] = ub
         if gw is not None:
             g = ipaddress.ip_address(gw)
-            nhs[k]["gw"] = addr16(g)
-            nhs[k]["family"] = g.version
-            nhs[k]["flags"] = NHF_GATEWAY
+            nhs[row]["gw"] = addr16(g)
+            nhs[row]["family"] = g.version
+            nhs[row]["flags"] = NHF_GATEWAY
     t.nhs = nhs
-    # --- LPMs -------------------------------------------------------------
-    for k in removed:
-        fam, table, net = k
-        lpm = t.lpms.get((fam, table))
-        if lpm is not None:
-            lpm.delete(net)
-        e = t.entries[k]
-        t.dsts[e.dst] = np.zeros(1, dtype=DST_DTYPE)[0]
-        t.free_dsts.append(e.dst)
+    # --- LPMs: removed prefixes first, then the new entries (a replaced
+    # prefix is overwritten in place: lookups see the old or the new entry)
+    for k in t.entries:
+        if k not in new_entries:
+            fam, table, net = k
+            lpm = t.lpms.get((fam, table))
+            if lpm is not None:
+                lpm.delete(net)
+    t.entries = new_entries
+    t.dst_routes = {e.dst: e.route for e in new_entries.values()}
+    # --- seg6local parameters of the new entries, then the LPMs
+    _compile_seg6local(t, state, [new_entries[k] for k in changed])
     for k in changed:
         fam, table, net = k
         lpm = t.lpms.get((fam, table))
         if lpm is None:
             lpm = t.lpms[(fam, table)] = Lpm(fam)
         lpm.add(net, new_entries[k].dst)
-    t.entries = new_entries
-    t.dst_routes = {e.dst: e.route for e in new_entries.values()}
     # --- rules ------------------------------------------------------------
     for fam in (6, 4):
         tables_used = sorted({tb for (f, tb) in t.lpms if f == fam})
@@ -383,7 +462,7 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
                 arr[k]["has_iif"] = 1
                 arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
         t.rules[fam] = arr
-    _compile_seg6local(t, state)
+    _seg6local_slots(t)
     return t
 
 
@@ -413,13 +492,12 @@ def build_srh(segs, hmac_keyid=None, inline=False) -> bytes:
     return bytes(b)
 
 
-def _compile_seg6local(t: Tables, state) -> None:
-    """One S6L record per seg6local route entry (dst.encap indexes it)."""
+def _compile_seg6local(t: Tables, state, entries) -> None:
+    """One S6L record per new seg6local route entry (dst.encap indexes it),
+    at an index that stays its own until the entry is reclaimed; SRH
+    templates of End.B6* likewise in the blob."""
     from .config import SEG6LOCAL_ACTIONS
-    slot6 = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
-    slot4 = {tb: k for k, tb in enumerate(t.slots.get(4, []))}
-    recs, blob, routes = [], bytearray(8), []
-    for e in sorted(t.entries.values(), key=lambda e: e.dst):
+    for e in entries:
         enc = e.route.encap
         if _encap_type(enc) != ENCAP_SEG6LOCAL:
             continue
@@ -431,22 +509,41 @@ def _compile_seg6local(t: Tables, state) -> None:
         rec["oif"] = t.ifindex.get(enc.oif, 0) if enc.oif else 0
         table = enc.table if enc.table is not None else enc.vrftable
         rec["table"] = table or 0
-        rec["slot6"] = slot6.get(table, -1) if table is not None else -1
-        rec["slot4"] = slot4.get(table, -1) if table is not None else -1
         if enc.nh6 is not None:
             rec["nh6"] = addr16(enc.nh6)
         if enc.nh4 is not None:
             rec["nh4"] = np.frombuffer(enc.nh4.packed, np.uint8)
         if enc.srh_segs:
             srh = build_srh(enc.srh_segs, enc.srh_hmac, inline=(enc.action == "End.B6"))
-            rec["srh_off"] = len(blob)
+            off = t.blob_pool.alloc(len(srh))
+            if off + len(srh) > len(t.blob):
+                t.blob.extend(bytes(off + len(srh) - len(t.blob)))
+            t.blob[off:off + len(srh)] = srh
+            rec["srh_off"] = off
             rec["srh_len"] = len(srh)
-            blob += srh
+            e.blob = (off, len(srh))
         rec["count"] = 1 if enc.count else 0
-        t.dsts[e.dst]["encap"] = len(recs)
-        recs.append(rec)
-        routes.append(e.route)
-    t.s6l = np.array(recs, dtype=S6L_DTYPE) if recs else np.zeros(0, dtype=S6L_DTYPE)
-    t.srh_blob = np.frombuffer(bytes(blob), dtype=np.uint8).copy()
-    t.s6l_routes = routes
+        e.s6l = t.s6l_pool.alloc(1)
+        t.dsts[e.dst]["encap"] = e.s6l
+        t.s6l_recs[e.s6l] = rec
+        while len(t.s6l_routes) <= e.s6l:
+            t.s6l_routes.append(None)
+        t.s6l_routes[e.s6l] = e.route
     t.hmac_keys = np.array(sorted(state.hmac_keys) + [0], dtype=np.uint32)
+
+
+def _seg6local_slots(t: Tables) -> None:
+    """The S6L array of this snapshot, with the LPM slots of the tables
+    the records name (slots are renumbered whenever tables come and go)."""
+    slot6 = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
+    slot4 = {tb: k for k, tb in enumerate(t.slots.get(4, []))}
+    s6l = np.zeros(t.s6l_pool.end, dtype=S6L_DTYPE)
+    for k, rec in t.s6l_recs.items():
+        s6l[k] = rec
+        route = t.s6l_routes[k]
+        enc = route.encap
+        table = enc.table if enc.table is not None else enc.vrftable
+        s6l[k]["slot6"] = slot6.get(table, -1) if table is not None else -1
+        s6l[k]["slot4"] = slot4.get(table, -1) if table is not None else -1
+    t.s6l = s6l
+    t.srh_blob = np.frombuffer(bytes(t.blob), dtype=np.uint8).copy()

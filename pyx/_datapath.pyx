@@ -2753,6 +2753,13 @@ cdef class Datapath:
         if self.s6l_counters is not None:
             self.s6l_counters[...] = 0
 
+    def clear_seg6local_counters(self, indexes):
+        """Zero the counters of seg6local parameter indexes given back (a
+        route reclaimed; the index may serve another route next)."""
+        for k in indexes:
+            if 0 <= k < len(self.s6l_counters):
+                self.s6l_counters[k] = 0
+
     def seg6local_counters(self):
         """uint64[n, 3]: packets, bytes, errors per seg6local parameter index."""
         return self.s6l_counters.copy()
