@@ -2439,6 +2439,118 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
             p.length = p.l3len + p.l2len
 
 
+cdef struct bat_t:                # a batch's arrays, as raw pointers
+    Py_ssize_t n
+    int32_t slot
+    int linktype
+    uint8_t* base
+    int32_t* st
+    int32_t* ln
+    uint16_t* l2
+    uint32_t* ii
+    uint32_t* oo
+    uint8_t* nh
+    uint8_t* vd
+    uint16_t* rs
+    uint32_t* ds
+    int64_t* tsp
+
+
+cdef inline int64_t ts_ns(const timespec* t) noexcept nogil:
+    return <int64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+cdef inline uint32_t jiffies_of(const timespec* t) noexcept nogil:
+    """The kernel's tick at HZ=250 (4 ms), the clock of lazy __use flushes."""
+    return <uint32_t>(<uint64_t>t.tv_sec * 250 + <uint64_t>t.tv_nsec // 4000000)
+
+
+cdef inline void set_jiffies(ctx_t* c) noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    c.jiffies = jiffies_of(&now)
+
+
+cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
+    """Every packet of the batch through process_one, results written back
+    to the metadata arrays.  Returns the packets left for the IPv4
+    fragmenter, or -1 when the debug build could not allocate."""
+    cdef Py_ssize_t i, nfrag = 0
+    cdef pkt_t p
+    cdef int32_t slot = b.slot, exact
+    cdef uint8_t* buf
+    c.slot = slot
+    c.linktype = b.linktype
+    for i in range(b.n):
+        p.row = b.base + i * slot
+        p.ts = b.tsp[i] if b.tsp != NULL else 0
+        p.start = b.st[i]
+        p.length = b.ln[i]
+        p.iif = b.ii[i]
+        if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
+            # Debug build: run the packet in a heap buffer that ends
+            # exactly where the packet ends, so that any read past
+            # its last byte hits malloc's redzone (built with
+            # FASTPATH_ASAN=1, AddressSanitizer reports it).
+            exact = p.start + p.length
+            buf = <uint8_t*>malloc(exact if exact > 0 else 1)
+            if buf == NULL:
+                return -1
+            memcpy(buf, p.row, exact)
+            p.row = buf
+            c.slot = exact
+            process_one(c, &p)
+            c.slot = slot
+            memcpy(b.base + i * slot, buf, exact)
+            free(buf)
+        else:
+            process_one(c, &p)
+        tr(c, T_VERDICT, p.verdict, p.reason, NULL)
+        b.st[i] = p.start
+        b.ln[i] = p.length
+        b.l2[i] = p.l2len
+        b.oo[i] = p.oif
+        memcpy(b.nh + 16 * i, p.nexthop, 16)
+        b.vd[i] = p.verdict
+        b.rs[i] = p.reason
+        b.ds[i] = p.dst
+        if p.reason < R_COUNT:
+            reasons[p.reason] += 1
+        if p.reason == R_FRAGMENTED:
+            nfrag += 1
+    return nfrag
+
+
+def atomic_add32(arr, Py_ssize_t index, int32_t v):
+    """Atomic add on an int32 array element (e.g. a route entry's refcount
+    in shared memory, from the control plane); returns the old value."""
+    _check_array(arr, "arr", cnp.NPY_INT32, 1, -1)
+    if index < 0 or index >= cnp.PyArray_DIM(arr, 0):
+        raise IndexError("index out of range")
+    return fp_atomic_fetch_add32(<int32_t*>cnp.PyArray_DATA(arr) + index, v)
+
+
+def atomic_load64(arr, Py_ssize_t index):
+    """Load with acquire semantics from a uint64 array (QSBR counters)."""
+    _check_array(arr, "arr", cnp.NPY_UINT64, 1, -1)
+    if index < 0 or index >= cnp.PyArray_DIM(arr, 0):
+        raise IndexError("index out of range")
+    return fp_atomic_load64(<uint64_t*>cnp.PyArray_DATA(arr) + index)
+
+
+def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
+    """Store with release semantics into a uint64 array (QSBR counters,
+    tokens, snapshot sequence); ``fence``: then a full barrier (a store
+    followed by loads of other workers' counters, as rte_rcu_qsbr_start /
+    thread_online)."""
+    _check_array(arr, "arr", cnp.NPY_UINT64, 1, -1)
+    if index < 0 or index >= cnp.PyArray_DIM(arr, 0):
+        raise IndexError("index out of range")
+    fp_atomic_store64(<uint64_t*>cnp.PyArray_DATA(arr) + index, v)
+    if fence:
+        fp_atomic_fence()
+
+
 cdef class Datapath:
     """The compiled tables of one Router, and the batch kernel over them."""
     cdef ctx_t c
@@ -2616,30 +2728,12 @@ cdef class Datapath:
         """References refused (entry being freed) and generation violations."""
         return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations}
 
-    def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
-                int linktype, timestamp_ns=None):
-        """Run every packet of a batch through the datapath, in place.  The
-        arrays are the Batch's (fastpath/batch.py documents their dtypes);
-        they are checked with numpy's C macros, not wrapped in memoryviews, so
-        a call costs little more than the packets.  Returns the number of
-        packets left for the IPv4 fragmenter."""
-        cdef Py_ssize_t n, i
-        cdef pkt_t p
-        cdef uint8_t* base
-        cdef int32_t* st
-        cdef int32_t* ln
-        cdef uint16_t* l2
-        cdef uint32_t* ii
-        cdef uint32_t* oo
-        cdef uint8_t* nh
-        cdef uint8_t* vd
-        cdef uint16_t* rs
-        cdef uint32_t* ds
-        cdef int64_t* tsp = NULL
-        cdef int32_t slot, exact
-        cdef uint8_t* buf
-        cdef Py_ssize_t nfrag = 0
-        cdef timespec now
+    cdef int _batch(self, bat_t* b, object data, object start, object length, object l2len,
+                    object iif, object oif, object nexthop, object verdict, object reason,
+                    object dst, int linktype, object timestamp_ns) except -1:
+        """Check a batch's arrays (numpy C macros, no memoryview objects)
+        and point ``b`` at them."""
+        cdef Py_ssize_t n
         if self.c.ndst == 0:
             raise RuntimeError("Datapath.load() was not called")
         _check_array(data, "data", cnp.NPY_UINT8, 2, -1)
@@ -2659,69 +2753,113 @@ cdef class Datapath:
             _check_array(timestamp_ns, "timestamp_ns", cnp.NPY_INT64, 1, n)
         if linktype != LINK_RAW and linktype != LINK_ETHERNET:
             raise ValueError("unknown link type")
-        if n == 0:
-            return 0
-        if not cnp.PyArray_ISWRITEABLE(data):
+        if n and not cnp.PyArray_ISWRITEABLE(data):
             raise ValueError("data must be writeable")
-        slot = <int32_t>cnp.PyArray_DIM(data, 1)
-        self.c.slot = slot
-        self.c.linktype = linktype
-        base = <uint8_t*>cnp.PyArray_DATA(data)
-        st = <int32_t*>cnp.PyArray_DATA(start)
-        ln = <int32_t*>cnp.PyArray_DATA(length)
-        l2 = <uint16_t*>cnp.PyArray_DATA(l2len)
-        ii = <uint32_t*>cnp.PyArray_DATA(iif)
-        oo = <uint32_t*>cnp.PyArray_DATA(oif)
-        nh = <uint8_t*>cnp.PyArray_DATA(nexthop)
-        vd = <uint8_t*>cnp.PyArray_DATA(verdict)
-        rs = <uint16_t*>cnp.PyArray_DATA(reason)
-        ds = <uint32_t*>cnp.PyArray_DATA(dst)
-        if timestamp_ns is not None and n:
-            tsp = <int64_t*>cnp.PyArray_DATA(timestamp_ns)
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        self.c.jiffies = <uint32_t>((<uint64_t>now.tv_sec * 250) + <uint64_t>now.tv_nsec // 4000000)
         if self.c.ndst > self.c.npcpu:
             raise RuntimeError("the per-worker route copies are smaller than the tables")
+        b.n = n
+        b.slot = <int32_t>cnp.PyArray_DIM(data, 1)
+        b.linktype = linktype
+        b.base = <uint8_t*>cnp.PyArray_DATA(data)
+        b.st = <int32_t*>cnp.PyArray_DATA(start)
+        b.ln = <int32_t*>cnp.PyArray_DATA(length)
+        b.l2 = <uint16_t*>cnp.PyArray_DATA(l2len)
+        b.ii = <uint32_t*>cnp.PyArray_DATA(iif)
+        b.oo = <uint32_t*>cnp.PyArray_DATA(oif)
+        b.nh = <uint8_t*>cnp.PyArray_DATA(nexthop)
+        b.vd = <uint8_t*>cnp.PyArray_DATA(verdict)
+        b.rs = <uint16_t*>cnp.PyArray_DATA(reason)
+        b.ds = <uint32_t*>cnp.PyArray_DATA(dst)
+        b.tsp = <int64_t*>cnp.PyArray_DATA(timestamp_ns) if (timestamp_ns is not None and n) else NULL
+        return 0
+
+    def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                int linktype, timestamp_ns=None):
+        """Run every packet of a batch through the datapath, in place.  The
+        arrays are the Batch's (fastpath/batch.py documents their dtypes);
+        they are checked with numpy's C macros, not wrapped in memoryviews, so
+        a call costs little more than the packets.  Returns the number of
+        packets left for the IPv4 fragmenter."""
+        cdef bat_t b
+        cdef Py_ssize_t nfrag
+        self._batch(&b, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                    linktype, timestamp_ns)
+        if b.n == 0:
+            return 0
+        set_jiffies(&self.c)
         with nogil:
-            for i in range(n):
-                p.row = base + i * slot
-                p.ts = tsp[i] if tsp != NULL else 0
-                p.start = st[i]
-                p.length = ln[i]
-                p.iif = ii[i]
-                if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
-                    # Debug build: run the packet in a heap buffer that ends
-                    # exactly where the packet ends, so that any read past
-                    # its last byte hits malloc's redzone (built with
-                    # FASTPATH_ASAN=1, AddressSanitizer reports it).
-                    exact = p.start + p.length
-                    buf = <uint8_t*>malloc(exact if exact > 0 else 1)
-                    if buf == NULL:
-                        with gil:
-                            raise MemoryError()
-                    memcpy(buf, p.row, exact)
-                    p.row = buf
-                    self.c.slot = exact
-                    process_one(&self.c, &p)
-                    self.c.slot = slot
-                    memcpy(base + i * slot, buf, exact)
-                    free(buf)
-                else:
-                    process_one(&self.c, &p)
-                tr(&self.c, T_VERDICT, p.verdict, p.reason, NULL)
-                st[i] = p.start
-                ln[i] = p.length
-                l2[i] = p.l2len
-                oo[i] = p.oif
-                memcpy(nh + 16 * i, p.nexthop, 16)
-                vd[i] = p.verdict
-                rs[i] = p.reason
-                ds[i] = p.dst
-                if p.reason < R_COUNT:
-                    self.reasons[p.reason] += 1
-                if p.reason == R_FRAGMENTED:
-                    nfrag += 1
+            nfrag = run_batch(&self.c, self.reasons, &b)
+        if nfrag < 0:
+            raise MemoryError()
         return nfrag
+
+    def run_loop(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                 int linktype, saved_data, saved_start, saved_length, Py_ssize_t used,
+                 double duration, qsbr=None, Py_ssize_t qs_index=0, Py_ssize_t token_index=0,
+                 Py_ssize_t seq_index=0, uint64_t seq=0, Py_ssize_t stop_index=0):
+        """Benchmark traffic: process the batch over and over for
+        ``duration`` seconds without returning to Python, restoring its
+        first ``used`` bytes per packet (and start/length) from the saved
+        copies before each pass, outside the timed region.  With ``qsbr``
+        (a uint64 array in shared memory: the control words of a Dataplane)
+        the loop reports a quiescent state after every batch
+        (``qsbr[qs_index] = qsbr[token_index]``, as rte_rcu_qsbr_quiescent)
+        and returns early when ``qsbr[seq_index]`` is no longer ``seq`` (new
+        tables published: the caller reloads and calls again) or
+        ``qsbr[stop_index]`` is set.  Returns (packets, batches, seconds
+        spent processing, stopped_early)."""
+        cdef bat_t b
+        cdef Py_ssize_t r, nb = 0, npk = 0
+        cdef uint64_t* q = NULL
+        cdef const uint8_t* sd
+        cdef const int32_t* ss
+        cdef const int32_t* sl
+        cdef timespec t0, t1, tend
+        cdef int64_t busy = 0, deadline
+        cdef bint early = False
+        self._batch(&b, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
+                    linktype, None)
+        _check_array(saved_data, "saved_data", cnp.NPY_UINT8, 2, b.n)
+        _check_array(saved_start, "saved_start", cnp.NPY_INT32, 1, b.n)
+        _check_array(saved_length, "saved_length", cnp.NPY_INT32, 1, b.n)
+        if used < 0 or used > b.slot or used > cnp.PyArray_DIM(saved_data, 1):
+            raise ValueError("used must fit the slots")
+        if qsbr is not None:
+            _check_array(qsbr, "qsbr", cnp.NPY_UINT64, 1, -1)
+            for k in (qs_index, token_index, seq_index, stop_index):
+                if k < 0 or k >= cnp.PyArray_DIM(qsbr, 0):
+                    raise IndexError("qsbr index out of range")
+            q = <uint64_t*>cnp.PyArray_DATA(qsbr)
+        sd = <const uint8_t*>cnp.PyArray_DATA(saved_data)
+        ss = <const int32_t*>cnp.PyArray_DATA(saved_start)
+        sl = <const int32_t*>cnp.PyArray_DATA(saved_length)
+        cdef Py_ssize_t sslot = cnp.PyArray_DIM(saved_data, 1)
+        if b.n == 0:
+            return (0, 0, 0.0, False)
+        with nogil:
+            clock_gettime(CLOCK_MONOTONIC, &tend)
+            deadline = ts_ns(&tend) + <int64_t>(duration * 1e9)
+            while True:
+                for r in range(b.n):
+                    memcpy(b.base + r * b.slot, sd + r * sslot, used)
+                    b.st[r] = ss[r]
+                    b.ln[r] = sl[r]
+                clock_gettime(CLOCK_MONOTONIC, &t0)
+                self.c.jiffies = jiffies_of(&t0)
+                if run_batch(&self.c, self.reasons, &b) < 0:
+                    break
+                clock_gettime(CLOCK_MONOTONIC, &t1)
+                busy += ts_ns(&t1) - ts_ns(&t0)
+                nb += 1
+                npk += b.n
+                if q != NULL:
+                    if fp_atomic_load64(&q[stop_index]) or fp_atomic_load64(&q[seq_index]) != seq:
+                        early = True
+                        break
+                    fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
+                if ts_ns(&t1) >= deadline:
+                    break
+        return (npk, nb, busy * 1e-9, early)
 
     def trace(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
               int linktype, int max_events=256):
