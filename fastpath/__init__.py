@@ -11,9 +11,10 @@ mirrors the Linux kernel's datapath, byte for byte.
 """
 from .batch import Batch, Result
 from .config import ConfigError, State
+from .dataplane import Dataplane, DataplaneError
 from .reasons import REASON_NAMES, REASONS, VERDICTS
 from .router import Router
 
 __version__ = "0.1.0"
-__all__ = ["Batch", "ConfigError", "REASONS", "REASON_NAMES", "Result", "Router", "State",
+__all__ = ["Batch", "ConfigError", "Dataplane", "DataplaneError", "REASONS", "REASON_NAMES", "Result", "Router", "State",
            "VERDICTS", "__version__"]

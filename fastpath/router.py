@@ -71,21 +71,7 @@ class Router:
             t.retired = []
 
     def _load(self):
-        s = self.state
-        self._dp.load(*self._tables.arrays(), lo_ifindex=self._tables.ifindex.get("lo", 1),
-                      fwd6=bool(s.sysctl("net.ipv6.conf.all.forwarding")),
-                      ip_default_ttl=s.sysctl("net.ipv4.ip_default_ttl"),
-                      hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"),
-                      tunsrc=s.sr_tunsrc.packed if s.sr_tunsrc is not None else None,
-                      seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"),
-                      icmp6_ratelimit_ms=s.sysctl("net.ipv6.icmp.ratelimit"),
-                      icmp4_ratelimit_ms=s.sysctl("net.ipv4.icmp_ratelimit"),
-                      icmp4_ratemask=s.sysctl("net.ipv4.icmp_ratemask"),
-                      icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
-                      icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),
-                      mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
-                      mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
-                      v4_full_rpcheck=_v4_custom(s))
+        self._dp.load(*self._tables.arrays(), **load_kwargs(self.state, self._tables))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -115,26 +101,8 @@ class Router:
                                  batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
                                  LINKTYPES[batch.linktype], batch.timestamp_ns)
         if nfrag:
-            self._fragment(batch, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
+            fragment_batch(batch, self._tables, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch
-
-    def _fragment(self, batch, idx):
-        """ip_fragment() for the forwarded IPv4 packets the kernel marked:
-        the slot keeps the first fragment, ``batch.fragments[i]`` lists them all."""
-        t = self._tables
-        for i in idx:
-            i = int(i)
-            dst = int(batch.dst[i])
-            mtu = int(t.dsts[dst]["mtu"]) if dst < len(t.dsts) else 0
-            if not mtu:
-                mtu = int(t.devs[int(batch.oif[i])]["mtu"])
-            s, l2 = int(batch.start[i]), int(batch.l2len[i])
-            frame = batch.data[i, s:s + int(batch.length[i])].tobytes()
-            frags = [frame[:l2] + f for f in ip_fragment(frame[l2:], mtu)]
-            batch.fragments[i] = frags
-            batch.data[i, s:s + len(frags[0])] = np.frombuffer(frags[0], np.uint8)
-            batch.length[i] = len(frags[0])
-            batch.reason[i] = 0
 
     def trace(self, packet: bytes, iif: str, linktype: str = "raw"):
         """The path one packet takes (rules, lookups, behaviour steps,
@@ -187,6 +155,44 @@ class Router:
         elif r.nexthops:
             desc += f" ({len(r.nexthops)} nexthops)"
         return desc
+
+
+def load_kwargs(state, tables) -> dict:
+    """The scalar arguments of ``Datapath.load`` (sysctls, tunsrc, ...)."""
+    s = state
+    return dict(lo_ifindex=tables.ifindex.get("lo", 1),
+                fwd6=bool(s.sysctl("net.ipv6.conf.all.forwarding")),
+                ip_default_ttl=s.sysctl("net.ipv4.ip_default_ttl"),
+                hop_limit=s.sysctl("net.ipv6.conf.all.hop_limit"),
+                tunsrc=s.sr_tunsrc.packed if s.sr_tunsrc is not None else None,
+                seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"),
+                icmp6_ratelimit_ms=s.sysctl("net.ipv6.icmp.ratelimit"),
+                icmp4_ratelimit_ms=s.sysctl("net.ipv4.icmp_ratelimit"),
+                icmp4_ratemask=s.sysctl("net.ipv4.icmp_ratemask"),
+                icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
+                icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),
+                mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
+                mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
+                v4_full_rpcheck=_v4_custom(s))
+
+
+def fragment_batch(batch, tables, idx):
+    """ip_fragment() for the forwarded IPv4 packets the kernel marked:
+    the slot keeps the first fragment, ``batch.fragments[i]`` lists them all."""
+    t = tables
+    for i in idx:
+        i = int(i)
+        dst = int(batch.dst[i])
+        mtu = int(t.dsts[dst]["mtu"]) if dst < len(t.dsts) else 0
+        if not mtu:
+            mtu = int(t.devs[int(batch.oif[i])]["mtu"])
+        s, l2 = int(batch.start[i]), int(batch.l2len[i])
+        frame = batch.data[i, s:s + int(batch.length[i])].tobytes()
+        frags = [frame[:l2] + f for f in ip_fragment(frame[l2:], mtu)]
+        batch.fragments[i] = frags
+        batch.data[i, s:s + len(frags[0])] = np.frombuffer(frags[0], np.uint8)
+        batch.length[i] = len(frags[0])
+        batch.reason[i] = 0
 
 
 def _v4_custom(state) -> bool:

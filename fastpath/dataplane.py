@@ -1,0 +1,818 @@
+"""The multi-process dataplane: N worker processes, each pinned to a CPU,
+sharing one set of tables in shared memory, with per-worker route copies,
+route references in refcount mode and QSBR in noref mode.
+
+    with fastpath.Dataplane(config_text, workers=2, mode="noref") as dp:
+        dp.process(batch)                    # spread by RSS, processed, in order
+        dp.configure("ip -6 route del ...")  # published; reclaimed after a grace period
+        res = dp.bench(frames, iif="eth0", duration=1.0)   # each worker loops on its own copy
+
+Shared memory (``multiprocessing.shared_memory`` segments, created and
+unlinked by this process only; workers map them from ``/dev/shm`` without
+registering them with a resource tracker):
+
+``core``     control words, one 64-byte line each for the shared words and
+             per worker (QSBR counter, pid, batches, packets in flight); the
+             route entries (``fp_dst``, 64 bytes each, fixed capacity
+             ``max_routes``) every worker reads and, in refcount mode, the
+             shared ones (null entry, IPv4 input routes) take atomics; each
+             worker's copies of the routes (``fp_pcpu``, 16 bytes per route,
+             the worker's own lines).
+``snapshot`` everything else the datapath reads (LPMs, nexthops, devices,
+             rules, seg6local parameters), immutable, one per configuration;
+             a new one is published by bumping a sequence number and the old
+             one is unlinked after a grace period.
+``io``       per worker, the slots and metadata of the packets
+             ``Dataplane.process`` hands it (no pickling of packets).
+
+Updates follow RCU: a configuration compiles into new route entries (an
+installed entry is never rewritten, see tables.py), the new snapshot is
+published, the entries it no longer uses are marked dead and lose the FIB's
+reference, and after every online worker has passed a quiescent state
+(between two batches, or while idle/offline) they are reclaimed: zeroed,
+their generation bumped, reused later.  In refcount mode an entry whose
+count has not fallen to zero stays retired until it does.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import pickle
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing import shared_memory
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from . import _datapath
+from .batch import LINKTYPES, Batch
+from .config import State
+from .reasons import REASON_IDS, REASON_NAMES
+from .router import MODES, USE_STATS, _check_gateways, fragment_batch, load_kwargs
+from .tables import DST_DTYPE, DSTF_DEAD, PCPU_DTYPE, Tables, compile_tables
+
+__all__ = ["Dataplane", "DataplaneError"]
+
+LINE = 64                       # bytes per cache line
+W_CTL = LINE // 8               # uint64 words per line
+# shared control words (indexes into the uint64 control array)
+C_MAGIC, C_NWORKERS, C_MAXDST, C_SEQ, C_STOP = 0, 1, 2, 3, 4
+C_TOKEN = W_CTL                 # the QSBR token, on its own line
+C_WORKERS = 2 * W_CTL           # first worker line
+# per-worker words (offsets in the worker's line)
+Q_CNT, Q_PID, Q_BATCHES, Q_INFLIGHT, Q_PACKETS, Q_SEQ = 0, 1, 2, 3, 4, 5
+MAGIC = 0x66617374_70617468    # "fastpath"
+
+
+class _Proc:
+    """A worker process (subprocess.Popen) with the few calls used here."""
+
+    def __init__(self, popen):
+        self.popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def exitcode(self):
+        return self.popen.poll()
+
+    def join(self, timeout=None):
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self):
+        if self.is_alive():
+            self.popen.kill()
+
+
+class DataplaneError(RuntimeError):
+    """A worker failed to start, died at the wrong moment, or a grace period stalled."""
+
+
+def _align(n: int, a: int = 4096) -> int:
+    return (n + a - 1) // a * a
+
+
+def _core_layout(nworkers: int, max_dsts: int):
+    ctl = LINE * (2 + nworkers)
+    dsts = _align(ctl)
+    pcpu = _align(dsts + 64 * max_dsts)
+    stride = _align(16 * max_dsts, LINE)
+    return ctl, dsts, pcpu, stride, pcpu + stride * nworkers
+
+
+def _io_layout(cap: int, slot: int):
+    """Offsets of the arrays of an io segment (data first, then metadata)."""
+    fields = [("data", np.uint8, (cap, slot)), ("start", np.int32, (cap,)),
+              ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
+              ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
+              ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
+              ("reason", np.uint16, (cap,)), ("dst", np.uint32, (cap,)),
+              ("timestamp_ns", np.int64, (cap,))]
+    out, off = [], 0
+    for name, dt, shape in fields:
+        out.append((name, dt, shape, off))
+        off = _align(off + int(np.prod(shape)) * np.dtype(dt).itemsize, LINE)
+    return out, off
+
+
+def _views(buf, layout):
+    return {name: np.ndarray(shape, dtype=dt, buffer=buf, offset=off)
+            for name, dt, shape, off in layout}
+
+
+class _Mapped:
+    """A segment mapped by name from /dev/shm, not tracked (workers)."""
+
+    def __init__(self, name: str):
+        fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+        try:
+            self.buf = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# snapshots: the immutable part of the tables
+# ---------------------------------------------------------------------------
+
+def _snapshot_arrays(t: Tables):
+    """(name, array) pairs of a snapshot, and the LPM descriptors."""
+    arrays = []
+    _, nhs, devs, addrs, neighs, r6, r4, lpm6, lpm4, s6l, blob, keys = t.arrays()
+    for name, a in (("nhs", nhs), ("devs", devs), ("addrs", addrs), ("neighs", neighs),
+                    ("rules6", r6), ("rules4", r4), ("s6l", s6l), ("srh_blob", blob),
+                    ("hmac_keys", keys)):
+        arrays.append((name, a))
+    lpms = []
+    for fam, lst in ((6, lpm6), (4, lpm4)):
+        for k, (t24, grp) in enumerate(lst):
+            arrays.append((f"lpm{fam}_{k}_tbl24", t24))
+            arrays.append((f"lpm{fam}_{k}_groups", grp))
+            lpms.append((fam, k))
+    return arrays, lpms
+
+
+def _write_snapshot(name: str, t: Tables, kwargs: dict, ifindex: dict, ifnames: dict):
+    arrays, lpms = _snapshot_arrays(t)
+    layout, off = [], 0
+    for aname, a in arrays:
+        layout.append((aname, a.dtype.str, a.shape, off))
+        off = _align(off + a.nbytes, LINE)
+    meta = pickle.dumps({"layout": layout, "lpms": lpms, "kwargs": kwargs,
+                         "ifindex": ifindex, "ifnames": ifnames})
+    base = _align(8 + len(meta), 4096)
+    shm = shared_memory.SharedMemory(name=name, create=True, size=max(base + off, 4096))
+    buf = shm.buf
+    buf[:8] = len(meta).to_bytes(8, "little")
+    buf[8:8 + len(meta)] = meta
+    for (aname, a), (_, _, shape, aoff) in zip(arrays, layout):
+        dst = np.ndarray(a.shape, dtype=a.dtype, buffer=buf, offset=base + aoff)
+        if aname.endswith("_tbl24"):
+            # only the pages in use: the segment stays sparse like the
+            # calloc'd table it copies (2**24 entries, mostly zero)
+            src = a.reshape(-1, 1024)
+            used = np.flatnonzero(src.any(axis=1))
+            dst.reshape(-1, 1024)[used] = src[used]
+        else:
+            dst[...] = a
+    del dst, buf
+    return shm
+
+
+def _read_snapshot(buf):
+    n = int.from_bytes(buf[:8], "little")
+    meta = pickle.loads(bytes(buf[8:8 + n]))
+    base = _align(8 + n, 4096)
+    arr = {aname: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=base + off)
+           for aname, dt, shape, off in meta["layout"]}
+    lpm6 = [(arr[f"lpm6_{k}_tbl24"], arr[f"lpm6_{k}_groups"]) for fam, k in meta["lpms"] if fam == 6]
+    lpm4 = [(arr[f"lpm4_{k}_tbl24"], arr[f"lpm4_{k}_groups"]) for fam, k in meta["lpms"] if fam == 4]
+    return arr, lpm6, lpm4, meta
+
+
+# ---------------------------------------------------------------------------
+# the worker
+# ---------------------------------------------------------------------------
+
+class _Worker:
+    """State of one worker process (runs in the child)."""
+
+    def __init__(self, prefix, w, nworkers, max_dsts, mode, use_stats, check_gen):
+        self.prefix, self.w = prefix, w
+        self.core = _Mapped(prefix + "core")
+        ctl, dsts_off, pcpu_off, stride, _ = _core_layout(nworkers, max_dsts)
+        self.ctl = np.ndarray(ctl // 8, dtype=np.uint64, buffer=self.core.buf)
+        self.dsts = np.ndarray((max_dsts, 64), dtype=np.uint8, buffer=self.core.buf, offset=dsts_off)
+        self.pcpu = np.ndarray((max_dsts, 16), dtype=np.uint8, buffer=self.core.buf,
+                               offset=pcpu_off + stride * w)
+        self.line = C_WORKERS + W_CTL * w
+        self.dp = _datapath.Datapath()
+        self.dp.set_mode(mode, use_stats, pcpu=self.pcpu, check_gen=check_gen)
+        self.seq = 0
+        self.snap = None
+        self.ifindex = {}
+        self.io = {}
+
+    # QSBR (rte_rcu_qsbr_thread_online / _offline / _quiescent)
+    def online(self):
+        _datapath.atomic_store64(self.ctl, self.line + Q_CNT,
+                                 _datapath.atomic_load64(self.ctl, C_TOKEN), fence=True)
+        self.reload()
+
+    def offline(self):
+        _datapath.atomic_store64(self.ctl, self.line + Q_CNT, 0)
+
+    def quiescent(self):
+        _datapath.atomic_store64(self.ctl, self.line + Q_CNT,
+                                 _datapath.atomic_load64(self.ctl, C_TOKEN))
+
+    def reload(self):
+        """Switch to the newest snapshot if it changed (online only)."""
+        seq = int(_datapath.atomic_load64(self.ctl, C_SEQ))
+        if seq == self.seq:
+            return
+        snap = _Mapped(f"{self.prefix}s{seq}")
+        arr, lpm6, lpm4, meta = _read_snapshot(snap.buf)
+        self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"], arr["rules6"],
+                     arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"], arr["hmac_keys"],
+                     **meta["kwargs"])
+        self.snap, self.seq, self.ifindex = snap, seq, meta["ifindex"]
+        self.ctl[self.line + Q_SEQ] = seq
+
+    def process_io(self, name, cap, slot, n, linktype):
+        if name not in self.io:
+            layout, _ = _io_layout(cap, slot)
+            seg = _Mapped(name)
+            self.io[name] = (seg, _views(seg.buf, layout))
+        v = self.io[name][1]
+        sl = slice(0, n)
+        self.ctl[self.line + Q_INFLIGHT] = n
+        self.dp.process(v["data"][sl], v["start"][sl], v["length"][sl], v["l2len"][sl], v["iif"][sl],
+                        v["oif"][sl], v["nexthop"][sl], v["verdict"][sl], v["reason"][sl], v["dst"][sl],
+                        linktype, v["timestamp_ns"][sl])
+        self.ctl[self.line + Q_INFLIGHT] = 0
+        self.ctl[self.line + Q_BATCHES] += 1
+        self.ctl[self.line + Q_PACKETS] += n
+
+    def bench(self, frames, iif, linktype, duration, start_at):
+        b = Batch.from_packets(frames, iif=iif, linktype=linktype)
+        b.iif[:] = self.ifindex[iif]
+        b.iif_names = None
+        lt = LINKTYPES[linktype]
+        args = (b.data, b.start, b.length, b.l2len, b.iif, b.oif, b.nexthop, b.verdict, b.reason, b.dst)
+        used = min(b.slot, int((b.start + b.length).max()) + 64)
+        saved = (b.data[:, :used].copy(), b.start.copy(), b.length.copy())
+        self.dp.process(*args, lt)                         # warm up: caches, page faults
+        b.data[:, :used], b.start[...], b.length[...] = saved
+        self.dp.reset_counters()
+        while time.monotonic() < start_at:
+            time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
+        end = start_at + duration
+        npk = nb = 0
+        busy = 0.0
+        t0 = time.monotonic()
+        self.ctl[self.line + Q_INFLIGHT] = len(b)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            self.quiescent()
+            p, k, s, early = self.dp.run_loop(*args, lt, saved[0], saved[1], saved[2], used, left,
+                                              self.ctl, self.line + Q_CNT, C_TOKEN, C_SEQ, self.seq,
+                                              C_STOP)
+            npk += p
+            nb += k
+            busy += s
+            self.ctl[self.line + Q_BATCHES] += k
+            self.ctl[self.line + Q_PACKETS] += p
+            if early:
+                if self.ctl[C_STOP]:
+                    break
+                self.reload()
+        wall = time.monotonic() - t0
+        self.ctl[self.line + Q_INFLIGHT] = 0
+        verdicts = np.bincount(b.verdict, minlength=5).tolist()
+        return {"worker": self.w, "cpu": sorted(os.sched_getaffinity(0)), "packets": npk,
+                "batches": nb, "busy_s": busy, "wall_s": wall, "verdicts": verdicts,
+                "reasons": self.dp.reason_counts().tolist(), **self.dp.cache_counters()}
+
+    def counters(self):
+        return {"reasons": self.dp.reason_counts(), "s6l": self.dp.seg6local_counters(),
+                **self.dp.cache_counters()}
+
+
+def _worker_main(prefix, w, nworkers, max_dsts, cpu, mode, use_stats, check_gen, conn):
+    """A worker's life: map the tables, answer commands until told to stop
+    or the control plane goes away (its end of the socket closes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent stops us
+    try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        wk = _Worker(prefix, w, nworkers, max_dsts, mode, use_stats, check_gen)
+        wk.ctl[wk.line + Q_PID] = os.getpid()
+        wk.online()
+        wk.offline()
+        conn.send(("ready", os.getpid()))
+    except Exception as e:                            # report, don't hang the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()                         # idle: offline for QSBR
+        except (EOFError, OSError):
+            return                                    # the parent is gone
+        cmd = msg[0]
+        if cmd == "stop":
+            return
+        wk.online()
+        try:
+            if cmd == "process":
+                wk.process_io(*msg[1:])
+                reply = ("ok",)
+            elif cmd == "bench":
+                reply = ("ok", wk.bench(*msg[1:]))
+            elif cmd == "counters":
+                reply = ("ok", wk.counters())
+            elif cmd == "reset":
+                wk.dp.reset_counters()
+                reply = ("ok",)
+            elif cmd == "sleep":                      # tests: stay online, busy
+                time.sleep(msg[1])
+                reply = ("ok",)
+            else:
+                reply = ("error", f"unknown command {cmd!r}")
+        except Exception as e:
+            reply = ("error", f"{type(e).__name__}: {e}")
+        wk.offline()
+        try:
+            conn.send(reply)
+        except (EOFError, OSError, BrokenPipeError):
+            return
+
+
+# ---------------------------------------------------------------------------
+# the control plane
+# ---------------------------------------------------------------------------
+
+class Dataplane:
+    """N worker processes over shared tables (see the module docstring).
+
+    ``config``: iproute2/sysctl text (or a State).  ``workers``: number of
+    processes.  ``cpus``: CPUs to pin them to (default: chosen by
+    ``placement``, "one-socket" or "spread", from the CPU topology; no
+    pinning when the machine has fewer CPUs than workers and
+    ``oversubscribe`` is set).  ``mode``: "noref" or "refcount";
+    ``use_stats``: "lazy" or "shared".  ``queues``: RX queues (default one
+    per worker) spread over the workers round robin; ``process`` steers
+    each packet to a queue by its RSS (Toeplitz) hash.  ``max_routes``:
+    capacity of the shared route entries.
+    """
+
+    def __init__(self, config="", workers: int = 2, cpus=None, mode: str = "noref",
+                 use_stats: str = "lazy", queues: int | None = None, placement: str = "one-socket",
+                 max_routes: int = 1 << 16, oversubscribe: bool = False, check_gen: bool = False,
+                 timeout: float = 60.0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if use_stats not in USE_STATS:
+            raise ValueError(f"use_stats must be one of {USE_STATS}, not {use_stats!r}")
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError("workers must be a positive integer")
+        if max_routes < 64 or max_routes > (1 << 23):
+            raise ValueError("max_routes must be between 64 and 2**23")
+        self.mode, self.use_stats, self.nworkers = mode, use_stats, workers
+        self.queues = queues or workers
+        if self.queues < 1:
+            raise ValueError("queues must be positive")
+        self.max_dsts = max_routes
+        self.timeout = timeout
+        self.events = []                  # what happened to workers (deaths, with what was in flight)
+        self._segments = {}               # name -> SharedMemory we created
+        self._closed = False
+        self._procs, self._conns = [], []
+        self._dead = set()
+        self._pending = []                # retired entries waiting for their references to drop
+        self.cpus = self._choose_cpus(workers, cpus, placement, oversubscribe)
+        self.placement = placement if cpus is None else "explicit"
+        self.prefix = f"fp{os.getpid()}_{secrets.token_hex(3)}_"
+        try:
+            self._create_core()
+            self.state = State()
+            self._tables = Tables(dsts=self._dsts, max_dsts=self.max_dsts)
+            self._tables = compile_tables(self.state, self._tables)
+            if isinstance(config, State):
+                self._apply_state(config)
+            else:
+                self._apply_state(self.state.apply(config or ""))
+            self._start_workers(check_gen)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up -------------------------------------------------------------
+    @staticmethod
+    def _choose_cpus(n, cpus, placement, oversubscribe):
+        from . import topology
+        return topology.place(topology.read_topology(), n, placement, cpus=cpus,
+                              oversubscribe=oversubscribe)
+
+    def _create(self, name, size):
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+        self._segments[name] = shm
+        return shm
+
+    def _create_core(self):
+        ctl, dsts_off, pcpu_off, stride, total = _core_layout(self.nworkers, self.max_dsts)
+        shm = self._create(self.prefix + "core", total)
+        self._ctl = np.ndarray(ctl // 8, dtype=np.uint64, buffer=shm.buf)
+        self._ctl[:] = 0
+        self._ctl[C_MAGIC] = MAGIC
+        self._ctl[C_NWORKERS] = self.nworkers
+        self._ctl[C_MAXDST] = self.max_dsts
+        self._ctl[C_TOKEN] = 1
+        raw = np.ndarray(self.max_dsts * 64, dtype=np.uint8, buffer=shm.buf, offset=dsts_off)
+        self._dsts = raw.view(DST_DTYPE)
+        self._dst_words = raw.view(np.int32)
+        self._pcpu = [np.ndarray(self.max_dsts, dtype=PCPU_DTYPE, buffer=shm.buf,
+                                 offset=pcpu_off + stride * w) for w in range(self.nworkers)]
+
+    def _start_workers(self, check_gen):
+        # Workers are fresh interpreters (python -m fastpath._worker), not
+        # multiprocessing children: nothing of the caller's __main__ is
+        # re-run, whatever script embeds the dataplane.
+        for w in range(self.nworkers):
+            parent, child = socket.socketpair()
+            args = json.dumps([self.prefix, w, self.nworkers, self.max_dsts, self.cpus[w],
+                               self.mode, self.use_stats, check_gen, child.fileno()])
+            p = _Proc(subprocess.Popen([sys.executable, "-m", "fastpath._worker", args],
+                                       pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL))
+            child.close()
+            self._procs.append(p)
+            self._conns.append(Connection(parent.detach()))
+        for w in range(self.nworkers):
+            msg = self._recv(w, self.timeout)
+            if msg[0] != "ready":
+                raise DataplaneError(f"worker {w} failed to start: {msg[1]}")
+
+    # -- configuration ------------------------------------------------------
+    def configure(self, text: str) -> "Dataplane":
+        """Apply iproute2/sysctl lines (all or nothing, as Router.configure),
+        publish the new tables, and reclaim what they no longer use after a
+        grace period."""
+        self._check_open()
+        new = self.state.apply(text)
+        self._apply_state(new)
+        return self
+
+    def _apply_state(self, new):
+        _check_gateways(new, self.state)
+        t = compile_tables(new, self._tables)
+        self.state = new
+        retired, t.retired = t.retired, []
+        seq = int(self._ctl[C_SEQ]) + 1
+        name = f"{self.prefix}s{seq}"
+        shm = _write_snapshot(name, t, load_kwargs(new, t), dict(t.ifindex), dict(t.ifnames))
+        self._segments[name] = shm
+        # publish: workers switch at their next batch boundary
+        _datapath.atomic_store64(self._ctl, C_SEQ, seq, fence=True)
+        # unpublish what the new tables no longer reach: dead, and the
+        # FIB's reference dropped (a refcounted holder keeps it alive)
+        for e in retired:
+            self._dsts[e.dst]["flags"] |= DSTF_DEAD
+            _datapath.atomic_add32(self._dst_words, e.dst * 16, -1)
+        self._pending.extend(retired)
+        if self._procs:
+            self.synchronize()
+        self._reclaim()
+        for old in [n for n in self._segments if n.startswith(self.prefix + "s") and n != name]:
+            self._unlink(old)
+
+    def _reclaim(self):
+        """Free the retired entries nobody holds any more."""
+        keep, free = [], []
+        for e in self._pending:
+            held = int(self._dsts[e.dst]["refcnt"]) > 0 or any(
+                int(self._pcpu[w][e.dst]["refcnt"]) for w in range(self.nworkers) if w not in self._dead)
+            (keep if held else free).append(e)
+        self._tables.reclaim(free)
+        self._pending = keep
+
+    def synchronize(self, timeout: float | None = None):
+        """Wait for a grace period: every online worker passes a quiescent
+        state (rte_rcu_qsbr_start + rte_rcu_qsbr_check).  Workers that die
+        go offline (reported in ``events``); one alive that does not report
+        within ``timeout`` raises DataplaneError (an RCU stall)."""
+        timeout = self.timeout if timeout is None else timeout
+        token = int(_datapath.atomic_load64(self._ctl, C_TOKEN)) + 1
+        _datapath.atomic_store64(self._ctl, C_TOKEN, token, fence=True)
+        deadline = time.monotonic() + timeout
+        for w in range(self.nworkers):
+            line = C_WORKERS + W_CTL * w
+            pause = 20e-6
+            while True:
+                c = int(_datapath.atomic_load64(self._ctl, line + Q_CNT))
+                if c == 0 or c >= token or w in self._dead:
+                    break
+                if not self._procs[w].is_alive():
+                    self._worker_died(w)
+                    break
+                if time.monotonic() > deadline:
+                    raise DataplaneError(f"grace period stalled: worker {w} (pid {self._procs[w].pid}) "
+                                         f"has not passed a quiescent state in {timeout:g} s")
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
+        return token
+
+    # -- workers --------------------------------------------------------------
+    def _worker_died(self, w):
+        if w in self._dead:
+            return
+        self._dead.add(w)
+        p = self._procs[w]
+        p.join(0.1)
+        line = C_WORKERS + W_CTL * w
+        code = p.exitcode
+        self.events.append({
+            "worker": w, "pid": p.pid, "event": "died",
+            "exit": (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
+                     else f"exit code {code}"),
+            "in_flight_packets": int(self._ctl[line + Q_INFLIGHT]),
+            "batches_done": int(self._ctl[line + Q_BATCHES]),
+            "packets_done": int(self._ctl[line + Q_PACKETS]),
+        })
+        self._ctl[line + Q_CNT] = 0                  # offline: grace periods don't wait for it
+
+    def alive_workers(self):
+        for w, p in enumerate(self._procs):
+            if w not in self._dead and not p.is_alive():
+                self._worker_died(w)
+        return [w for w in range(self.nworkers) if w not in self._dead]
+
+    def _recv(self, w, timeout):
+        conn, p = self._conns[w], self._procs[w]
+        deadline = time.monotonic() + timeout
+        while not conn.poll(0.05):
+            if not p.is_alive():
+                self._worker_died(w)
+                raise DataplaneError(f"worker {w} (pid {p.pid}) died: {self.events[-1]['exit']}")
+            if time.monotonic() > deadline:
+                raise DataplaneError(f"worker {w} did not answer within {timeout:g} s")
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            self._procs[w].join(1.0)
+            self._worker_died(w)
+            raise DataplaneError(f"worker {w} (pid {p.pid}) died: {self.events[-1]['exit']}") from None
+
+    def _call(self, workers, msgs, timeout=None):
+        """Send each worker its message, then collect the replies: {w: reply}
+        for the workers that answered; dead ones are left out."""
+        timeout = self.timeout if timeout is None else timeout
+        sent = []
+        for w, msg in zip(workers, msgs):
+            try:
+                self._conns[w].send(msg)
+                sent.append(w)
+            except (OSError, BrokenPipeError):
+                self._worker_died(w)
+        out = {}
+        for w in sent:
+            try:
+                r = self._recv(w, timeout)
+            except DataplaneError:
+                continue
+            if r[0] != "ok":
+                raise DataplaneError(f"worker {w}: {r[1]}")
+            out[w] = r[1] if len(r) > 1 else None
+        return out
+
+    # -- packets --------------------------------------------------------------
+    def worker_of_queue(self, q: int) -> int:
+        return q % self.nworkers
+
+    def steer(self, batch: Batch) -> np.ndarray:
+        """The worker of every packet: RSS hash -> RETA -> queue -> worker,
+        re-steering a dead worker's queues to the live ones (as a driver
+        reprogramming the redirection table)."""
+        from . import rss
+        h = rss.batch_hash(batch)
+        q = rss.queues(h, self.queues).astype(np.int64)
+        w = q % self.nworkers
+        alive = self.alive_workers()
+        if not alive:
+            raise DataplaneError("no worker left")
+        if len(alive) < self.nworkers:
+            remap = np.array([w if w in alive else alive[w % len(alive)] for w in range(self.nworkers)])
+            w = remap[w]
+        return w
+
+    def _io(self, w, cap, slot):
+        name = f"{self.prefix}io{w}_{cap}_{slot}"
+        if name not in self._segments:
+            layout, size = _io_layout(cap, slot)
+            shm = self._create(name, size)
+            self._segments[name] = shm
+        layout, _ = _io_layout(cap, slot)
+        return name, _views(self._segments[name].buf, layout)
+
+    def process(self, batch: Batch, chunk: int = 256) -> Batch:
+        """Process a batch across the workers, in place, in order: each
+        packet goes to the worker RSS picks, through that worker's io
+        segment.  A worker that dies meanwhile is reported in ``events``
+        and its packets are processed again by the others."""
+        self._check_open()
+        if not isinstance(batch, Batch):
+            raise TypeError(f"process() takes a fastpath.Batch, not {type(batch).__name__}")
+        t = self._tables
+        if batch.iif_names is not None:
+            try:
+                batch.iif[:] = [t.ifindex[n] for n in batch.iif_names]
+            except KeyError as e:
+                raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
+            batch.iif_names = None
+        batch.ifnames = t.ifnames
+        if batch.fragments:
+            batch.fragments.clear()
+        todo = np.arange(len(batch))
+        lt = LINKTYPES[batch.linktype]
+        while len(todo):
+            owner = self.steer(batch)[todo]
+            per = {w: todo[owner == w] for w in np.unique(owner)}
+            failed = []
+            # rounds of at most ``chunk`` packets per worker, all workers at once
+            offs = {w: 0 for w in per}
+            while offs:
+                ws, msgs, parts = [], [], {}
+                for w in list(offs):
+                    idx = per[w][offs[w]:offs[w] + chunk]
+                    if not len(idx):
+                        del offs[w]
+                        continue
+                    offs[w] += len(idx)
+                    name, v = self._io(int(w), chunk, batch.slot)
+                    n = len(idx)
+                    v["data"][:n] = batch.data[idx]
+                    for f in ("start", "length", "l2len", "iif", "timestamp_ns"):
+                        v[f][:n] = getattr(batch, f)[idx]
+                    ws.append(int(w))
+                    msgs.append(("process", name, chunk, batch.slot, n, lt))
+                    parts[int(w)] = (idx, v)
+                if not ws:
+                    break
+                done = self._call(ws, msgs)
+                for w in ws:
+                    idx, v = parts[w]
+                    n = len(idx)
+                    if w not in done:
+                        failed.append(per[w][offs.get(w, 0) - n:])
+                        offs.pop(w, None)
+                        continue
+                    batch.data[idx] = v["data"][:n]
+                    for f in ("start", "length", "l2len", "oif", "nexthop", "verdict", "reason", "dst"):
+                        getattr(batch, f)[idx] = v[f][:n]
+            todo = np.concatenate(failed) if failed else np.zeros(0, np.int64)
+        frag = np.flatnonzero(batch.reason == REASON_IDS["fragmented"])
+        if len(frag):
+            fragment_batch(batch, t, frag)
+        return batch
+
+    def bench(self, frames, iif: str, linktype: str = "ethernet", duration: float = 1.0,
+              workers=None, start_delay: float = 0.2):
+        """Benchmark traffic: every worker (or those listed) loops over its
+        own copy of ``frames`` (a batch) for ``duration`` seconds, starting
+        together, reporting quiescent states between batches.  Returns the
+        per-worker results (packets, batches, busy seconds, verdicts)."""
+        self._check_open()
+        ws = list(range(self.nworkers)) if workers is None else list(workers)
+        if iif not in self._tables.ifindex:
+            raise ValueError(f"unknown ingress interface {iif!r}")
+        start_at = time.monotonic() + start_delay + 0.01 * len(ws)
+        res = self._call(ws, [("bench", list(frames), iif, linktype, duration, start_at)] * len(ws),
+                         timeout=self.timeout + duration + start_delay)
+        return [res[w] for w in ws if w in res]
+
+    # -- counters -------------------------------------------------------------
+    def counters(self) -> dict:
+        """Counters summed over the live workers (as Router.counters), plus
+        the route-cache counters and the workers' events."""
+        self._check_open()
+        ws = self.alive_workers()
+        res = self._call(ws, [("counters",)] * len(ws))
+        reasons = sum((r["reasons"] for r in res.values()), np.zeros(len(REASON_NAMES), np.uint64))
+        routes = {}
+        s6 = [r["s6l"] for r in res.values()]
+        for k, route in enumerate(self._tables.s6l_routes):
+            if route is not None and route.encap.count:
+                tot = sum((a[k] for a in s6 if k < len(a)), np.zeros(3, np.uint64))
+                routes[f"{route.prefix} table {route.table}"] = {
+                    "packets": int(tot[0]), "bytes": int(tot[1]), "errors": int(tot[2])}
+        return {"reasons": {REASON_NAMES[i]: int(c) for i, c in enumerate(reasons) if c},
+                "routes": routes,
+                "hold_fail": sum(r["hold_fail"] for r in res.values()),
+                "gen_violations": sum(r["gen_violations"] for r in res.values()),
+                "workers_alive": len(ws), "events": list(self.events)}
+
+    def reset_counters(self):
+        ws = self.alive_workers()
+        self._call(ws, [("reset",)] * len(ws))
+
+    def refcounts(self) -> dict:
+        """Reference counts now: {dst: count} of the entries whose count is
+        not the FIB's single reference, and the workers' copies' counts that
+        are not zero (all empty when no packet is in flight)."""
+        shared = {int(i): int(self._dsts[i]["refcnt"]) for i in np.flatnonzero(self._dsts["refcnt"] != 1)
+                  if int(self._dsts[i]["refcnt"]) != 0 or i in self._tables.dst_routes}
+        per = {w: {int(i): int(self._pcpu[w][i]["refcnt"]) for i in np.flatnonzero(self._pcpu[w]["refcnt"])}
+               for w in range(self.nworkers) if w not in self._dead}
+        return {"shared": shared, "workers": {w: d for w, d in per.items() if d},
+                "retired_pending": len(self._pending)}
+
+    @property
+    def dsts(self) -> np.ndarray:
+        """The shared route entries (DST_DTYPE records, live view)."""
+        return self._dsts
+
+    @property
+    def tables(self) -> Tables:
+        return self._tables
+
+    def worker_pids(self):
+        return [p.pid for p in self._procs]
+
+    # -- teardown ---------------------------------------------------------------
+    def _check_open(self):
+        if self._closed:
+            raise DataplaneError("the dataplane is closed")
+
+    def _unlink(self, name):
+        shm = self._segments.pop(name, None)
+        if shm is None:
+            return
+        try:
+            shm.close()
+        except BufferError:
+            pass                               # a view is still alive: the mapping goes with the process
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self):
+        """Stop the workers and remove every shared-memory segment."""
+        if self._closed:
+            return
+        self._closed = True
+        ctl = getattr(self, "_ctl", None)
+        if ctl is not None:
+            ctl[C_STOP] = 1
+        for w, (c, p) in enumerate(zip(self._conns, self._procs)):
+            if p.is_alive():
+                try:
+                    c.send(("stop",))
+                except (OSError, BrokenPipeError):
+                    pass
+        for p in self._procs:
+            p.join(2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(2.0)
+        for c in self._conns:
+            c.close()
+        self._ctl = self._dsts = self._dst_words = None
+        self._pcpu = []
+        for name in list(self._segments):
+            self._unlink(name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return (f"<Dataplane {self.nworkers} workers on CPUs {self.cpus}, mode {self.mode}, "
+                f"use_stats {self.use_stats}, {self.queues} queues{', closed' if self._closed else ''}>")
+
+
+def worker_entry(argv) -> int:
+    """``python -m fastpath._worker ARGS``: the process Dataplane starts."""
+    a = json.loads(argv[0])
+    _worker_main(*a[:8], Connection(a[8]))
+    return 0
