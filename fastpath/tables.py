@@ -162,7 +162,7 @@ class Tables:
     dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
     max_dsts: int = 0                                # fixed capacity (shared memory), 0: grows
     retired: list = field(default_factory=list)      # _Entry objects replaced or removed
-    nh_rows: dict = field(default_factory=dict)      # nexthop row -> (gw, ifindex, weight, bound)
+    nh_arr: np.ndarray = None                        # NH_DTYPE rows in use (grown), by the pool
     nh_pool: _Pool = None
     s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
     s6l_pool: _Pool = None
@@ -180,6 +180,7 @@ class Tables:
                 self.dsts[i]["refcnt"] = 1
         self._init_reserved()
         self.nhs = np.zeros(1, dtype=NH_DTYPE)
+        self.nh_arr = np.zeros(64, dtype=NH_DTYPE)
         self.nh_pool = _Pool(1)                      # row 0: no nexthop
         self.s6l_pool = _Pool(0)
         self.blob_pool = _Pool(8)
@@ -213,8 +214,7 @@ class Tables:
             self.dsts[e.dst] = _ZERO_DST
             self.dsts[e.dst]["gen"] = (gen + 1) & 0xFFFFFFFF
             self.free_dsts.append(e.dst)
-            for k in range(e.nh_first, e.nh_first + e.nh_count):
-                self.nh_rows.pop(k, None)
+            self.nh_arr[e.nh_first:e.nh_first + e.nh_count] = np.zeros(1, dtype=NH_DTYPE)
             self.nh_pool.release(e.nh_first, e.nh_count)
             if e.s6l >= 0:
                 self.s6l_recs.pop(e.s6l, None)
@@ -390,9 +390,21 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         e.dst = t._alloc_dst()
         e.nh_count = len(sig_nhs)
         e.nh_first = t.nh_pool.alloc(e.nh_count)
+        if e.nh_first + e.nh_count > len(t.nh_arr):
+            grown = np.zeros(max(2 * len(t.nh_arr), e.nh_first + e.nh_count), dtype=NH_DTYPE)
+            grown[:len(t.nh_arr)] = t.nh_arr
+            t.nh_arr = grown
         bounds = _upper_bounds([w for (_, _, w, _) in sig_nhs]) if sig_nhs else []
         for j, ((gw, dev, weight, ifidx), ub) in enumerate(zip(sig_nhs, bounds)):
-            t.nh_rows[e.nh_first + j] = (gw, ifidx, weight, ub)
+            row = t.nh_arr[e.nh_first + j]
+            row["oif"] = ifidx
+            row["weight"] = weight
+            row["upper_bound"] = ub
+            if gw is not None:
+                g = ipaddress.ip_address(gw)
+                row["gw"] = addr16(g)
+                row["family"] = g.version
+                row["flags"] = NHF_GATEWAY
         gen = int(t.dsts[e.dst]["gen"])
         t.dsts[e.dst] = _ZERO_DST
         d = t.dsts[e.dst]
@@ -411,17 +423,7 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
         d["encap_type"] = _encap_type(r.encap)
     t.retired.extend(retired)
-    nhs = np.zeros(t.nh_pool.end, dtype=NH_DTYPE)
-    for row, (gw, ifidx, weight, ub) in t.nh_rows.items():
-        nhs[row]["oif"] = ifidx
-        nhs[row]["weight"] = weight
-        nhs[row]["upper_bound"] = ub
-        if gw is not None:
-            g = ipaddress.ip_address(gw)
-            nhs[row]["gw"] = addr16(g)
-            nhs[row]["family"] = g.version
-            nhs[row]["flags"] = NHF_GATEWAY
-    t.nhs = nhs
+    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
     # --- LPMs: removed prefixes first, then the new entries (a replaced
     # prefix is overwritten in place: lookups see the old or the new entry)
     for k in t.entries:
