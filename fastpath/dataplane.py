@@ -66,7 +66,7 @@ C_MAGIC, C_NWORKERS, C_MAXDST, C_SEQ, C_STOP = 0, 1, 2, 3, 4
 C_TOKEN = W_CTL                 # the QSBR token, on its own line
 C_WORKERS = 2 * W_CTL           # first worker line
 # per-worker words (offsets in the worker's line)
-Q_CNT, Q_PID, Q_BATCHES, Q_INFLIGHT, Q_PACKETS, Q_SEQ = 0, 1, 2, 3, 4, 5
+Q_CNT, Q_PID, Q_BATCHES, Q_PACKETS, Q_INFLIGHT, Q_SEQ = 0, 1, 2, 3, 4, 5
 MAGIC = 0x66617374_70617468    # "fastpath"
 
 
@@ -290,12 +290,10 @@ class _Worker:
             self.quiescent()
             p, k, s, early = self.dp.run_loop(*args, lt, saved[0], saved[1], saved[2], used, left,
                                               self.ctl, self.line + Q_CNT, C_TOKEN, C_SEQ, self.seq,
-                                              C_STOP)
+                                              C_STOP, self.line + Q_BATCHES)
             npk += p
             nb += k
             busy += s
-            self.ctl[self.line + Q_BATCHES] += k
-            self.ctl[self.line + Q_PACKETS] += p
             if early:
                 if self.ctl[C_STOP]:
                     break

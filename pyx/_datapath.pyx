@@ -2796,7 +2796,8 @@ cdef class Datapath:
     def run_loop(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
                  int linktype, saved_data, saved_start, saved_length, Py_ssize_t used,
                  double duration, qsbr=None, Py_ssize_t qs_index=0, Py_ssize_t token_index=0,
-                 Py_ssize_t seq_index=0, uint64_t seq=0, Py_ssize_t stop_index=0):
+                 Py_ssize_t seq_index=0, uint64_t seq=0, Py_ssize_t stop_index=0,
+                 Py_ssize_t count_index=-1):
         """Benchmark traffic: process the batch over and over for
         ``duration`` seconds without returning to Python, restoring its
         first ``used`` bytes per packet (and start/length) from the saved
@@ -2806,8 +2807,11 @@ cdef class Datapath:
         (``qsbr[qs_index] = qsbr[token_index]``, as rte_rcu_qsbr_quiescent)
         and returns early when ``qsbr[seq_index]`` is no longer ``seq`` (new
         tables published: the caller reloads and calls again) or
-        ``qsbr[stop_index]`` is set.  Returns (packets, batches, seconds
-        spent processing, stopped_early)."""
+        ``qsbr[stop_index]`` is set.  With ``count_index`` >= 0 the batches
+        and packets done are also added to ``qsbr[count_index]`` and
+        ``qsbr[count_index + 1]`` as they happen (the worker's own line: what
+        a dead worker had done stays known).  Returns (packets, batches,
+        seconds spent processing, stopped_early)."""
         cdef bat_t b
         cdef Py_ssize_t r, nb = 0, npk = 0
         cdef uint64_t* q = NULL
@@ -2826,7 +2830,8 @@ cdef class Datapath:
             raise ValueError("used must fit the slots")
         if qsbr is not None:
             _check_array(qsbr, "qsbr", cnp.NPY_UINT64, 1, -1)
-            for k in (qs_index, token_index, seq_index, stop_index):
+            for k in (qs_index, token_index, seq_index, stop_index,
+                      count_index + 1 if count_index >= 0 else 0):
                 if k < 0 or k >= cnp.PyArray_DIM(qsbr, 0):
                     raise IndexError("qsbr index out of range")
             q = <uint64_t*>cnp.PyArray_DATA(qsbr)
@@ -2853,6 +2858,9 @@ cdef class Datapath:
                 nb += 1
                 npk += b.n
                 if q != NULL:
+                    if count_index >= 0:
+                        q[count_index] += 1
+                        q[count_index + 1] += b.n
                     if fp_atomic_load64(&q[stop_index]) or fp_atomic_load64(&q[seq_index]) != seq:
                         early = True
                         break

@@ -1,0 +1,242 @@
+"""The multi-process Dataplane: same packets as the Router, RCU updates with
+QSBR grace periods, route-cache modes under route churn, a worker killed
+mid-run, and no shared-memory segment left behind.
+
+Sized for a 2-core machine: 2 workers, runs of a second or two."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fastpath
+from fastpath import Batch, Dataplane, Router
+from fastpath.reasons import REASON_IDS, REASON_NAMES, VERDICTS
+from fastpath.scenarios import SCENARIOS
+
+V = {v: k for k, v in enumerate(VERDICTS)}
+
+
+def scenario(name, n_routes=100, batch=256, flows=64, seed=1):
+    return SCENARIOS[name][1](n_routes, batch, flows, np.random.default_rng(seed))
+
+
+def shm_segments(prefix="fp"):
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(prefix))
+
+
+def _mixed_packets(pkts, n):
+    """Vary the source address so RSS spreads the flows over both workers."""
+    out = []
+    for k in range(n):
+        p = bytearray(pkts[k % len(pkts)])
+        p[14 + 8 + 15] = k & 0xFF            # IPv6 source, last byte (Ethernet framed)
+        out.append(bytes(p))
+    return out
+
+
+@pytest.mark.parametrize("name", ["End", "End.DX4", "End.DT6", "ipv6-forward"])
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+def test_process_gives_what_the_router_gives_in_order(name, mode):
+    cfg, pkts, iif = scenario(name)
+    lt = "ethernet" if pkts[0][12:14] in (b"\x86\xdd", b"\x08\x00") else "raw"
+    if lt == "ethernet":
+        pkts = _mixed_packets(pkts, 600)
+    r = Router()
+    r.configure(cfg)
+    want = Batch.from_packets(pkts, iif=iif, linktype=lt)
+    r.process(want)
+    with Dataplane(cfg, workers=2, mode=mode) as dp:
+        got = Batch.from_packets(pkts, iif=iif, linktype=lt)
+        dp.process(got, chunk=100)
+        assert [(x.verdict, x.oif, x.reason, x.data) for x in got.results()] == \
+               [(x.verdict, x.oif, x.reason, x.data) for x in want.results()]
+        c = dp.counters()
+        assert sum(c["reasons"].values()) == len(pkts)
+        # both workers took part (RSS over the varied sources)
+        assert c["workers_alive"] == 2
+        assert dp.refcounts() == {"shared": {}, "workers": {}, "retired_pending": 0}
+
+
+def test_rss_spreads_flows_and_keeps_a_flow_on_one_worker():
+    cfg, pkts, iif = scenario("End")
+    pkts = _mixed_packets(pkts, 512)
+    with Dataplane(cfg, workers=2, queues=4) as dp:
+        b = Batch.from_packets(pkts + pkts, iif=iif, linktype="ethernet")
+        w = dp.steer(b)
+        assert set(np.unique(w)) == {0, 1}
+        assert (w[:512] == w[512:]).all()            # same packet, same worker
+
+
+def test_configure_publishes_and_reclaims_after_a_grace_period():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=2) as dp:
+        b = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+        dp.process(b)
+        used = int(b.dst[0])
+        gen = int(dp.dsts[used]["gen"])
+        assert (b.verdict == V["forward"]).all()
+        dp.configure("ip -6 route replace fc00:2::/32 via 2001:db8:2::3 dev eth1")
+        # the old entry was retired, then reclaimed (new generation, free)
+        assert int(dp.dsts[used]["gen"]) == gen + 1
+        assert used in dp.tables.free_dsts
+        b = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+        dp.process(b)
+        assert (b.verdict == V["forward"]).all() and int(b.dst[0]) != used
+        assert {bytes(b.nexthop[k]) for k in range(len(b))} == \
+            {bytes.fromhex("20010db8000200000000000000000003")}
+        dp.configure("ip -6 route del fc00:2::/32")
+        b = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+        dp.process(b)
+        assert (b.reason == REASON_IDS["no_route"]).all()
+        assert dp.refcounts()["retired_pending"] == 0
+
+
+def test_configure_errors_change_nothing():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=1) as dp:
+        before = dp.state.dump()
+        with pytest.raises(fastpath.ConfigError):
+            dp.configure("ip -6 route add fc00:9::/32 dev eth1\nip -6 route add bogus")
+        assert dp.state.dump() == before
+
+
+def test_route_table_capacity_is_a_clear_error():
+    lines = ["ip -6 addr add 2001:db8:2::1/64 dev eth1"]
+    lines += [f"ip -6 route add 2400:{k:x}::/32 via 2001:db8:2::2 dev eth1" for k in range(80)]
+    with pytest.raises(ValueError, match="route table full"):
+        Dataplane("\n".join(lines), workers=1, max_routes=64)
+    assert not [s for s in shm_segments(f"fp{os.getpid()}_")]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        Dataplane("", workers=0)
+    with pytest.raises(ValueError):
+        Dataplane("", workers=1, mode="rcu")
+    with pytest.raises(ValueError, match="not in the affinity mask|not online"):
+        Dataplane("", workers=1, cpus=[4096])
+    with pytest.raises(ValueError, match="workers but only"):
+        Dataplane("", workers=os.cpu_count() + 1)
+
+
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+def test_churn_while_forwarding(mode):
+    """Workers forward at full speed while the control plane replaces the
+    route they use and churns others: no packet uses a freed or reused
+    entry (generation tags), references return to base, every packet is
+    accounted for, and the dead-entry fallbacks are observed."""
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=2, mode=mode, check_gen=True) as dp:
+        out = {}
+        th = threading.Thread(target=lambda: out.setdefault(
+            "res", dp.bench(pkts, iif, "ethernet", duration=2.0, start_delay=0.1)))
+        th.start()
+        time.sleep(0.15)
+        k = 0
+        t_end = time.monotonic() + 1.7
+        while time.monotonic() < t_end:
+            dp.configure(f"ip -6 route replace fc00:2::/32 via 2001:db8:2::2 dev eth1 metric {k % 3}\n"
+                         + "\n".join(f"ip -6 route replace 2600:{k % 7}:{j:x}::/48 via 2001:db8:2::2 dev eth1"
+                                     for j in range(50)))
+            k += 1
+        th.join()
+        res = out["res"]
+        assert len(res) == 2 and all(r["packets"] > 0 for r in res)
+        c = dp.counters()
+        assert c["gen_violations"] == 0
+        # every packet processed has exactly one verdict/reason
+        assert sum(sum(r["reasons"]) for r in res) == sum(r["packets"] for r in res)
+        fallback = sum(r["reasons"][REASON_IDS["route_dead"]] for r in res) if mode == "noref" \
+            else sum(r["hold_fail"] for r in res)
+        assert k >= 5
+        assert fallback > 0, f"{k} replacements, no dead-entry fallback observed"
+        if mode == "refcount":
+            # a refused reference fell back to the null entry: ICMP unreachable
+            assert sum(r["reasons"][REASON_IDS["no_route"]] for r in res) >= fallback
+        dp.synchronize()
+        dp.configure("")                   # a last grace period and reclaim
+        assert dp.refcounts() == {"shared": {}, "workers": {}, "retired_pending": 0}
+        live = [e.dst for e in dp.tables.entries.values()]
+        assert (dp.dsts["refcnt"][live] == 1).all()
+
+
+def test_a_killed_worker_does_not_stop_the_others():
+    cfg, pkts, iif = scenario("End.DX4")
+    with Dataplane(cfg, workers=2, mode="refcount") as dp:
+        out = {}
+        th = threading.Thread(target=lambda: out.setdefault(
+            "res", dp.bench(pkts, iif, "ethernet", duration=1.5, start_delay=0.1)))
+        th.start()
+        time.sleep(0.6)
+        victim = dp.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        # grace periods still complete; the control plane does not deadlock
+        t0 = time.monotonic()
+        dp.configure("ip route replace 198.18.0.0/15 via 10.0.2.3 dev eth1")
+        assert time.monotonic() - t0 < 10
+        th.join()
+        res = out["res"]
+        assert [r["worker"] for r in res] == [0] and res[0]["packets"] > 0
+        ev = [e for e in dp.events if e["worker"] == 1]
+        assert ev and ev[0]["exit"] == "signal SIGKILL" and ev[0]["pid"] == victim
+        assert ev[0]["in_flight_packets"] == 256 and ev[0]["packets_done"] > 0
+        # the survivor takes every packet
+        b = Batch.from_packets(_mixed_packets(pkts, 300), iif=iif, linktype="ethernet")
+        dp.process(b)
+        assert (b.verdict == V["forward"]).all()
+        assert dp.counters()["workers_alive"] == 1
+
+
+def _run_script(body, sig=None):
+    code = textwrap.dedent(f"""
+        import os, sys, time, numpy as np, fastpath
+        from fastpath.scenarios import SCENARIOS
+        cfg, pkts, iif = SCENARIOS["End"][1](10, 64, 8, np.random.default_rng(1))
+        print(os.getpid(), flush=True)
+    """) + textwrap.dedent(body)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    pid = p.stdout.readline().strip()
+    if sig is not None:
+        time.sleep(2.5)
+        p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    return pid, p.returncode, err
+
+
+@pytest.mark.parametrize("how", ["normal", "exception", "ctrl-c", "no-close"])
+def test_no_shared_memory_left_behind(how):
+    body = {
+        "normal": """
+            with fastpath.Dataplane(cfg, workers=2) as dp:
+                dp.process(fastpath.Batch.from_packets(pkts, iif=iif, linktype="ethernet"))
+        """,
+        "exception": """
+            with fastpath.Dataplane(cfg, workers=2) as dp:
+                raise RuntimeError("boom")
+        """,
+        "ctrl-c": """
+            with fastpath.Dataplane(cfg, workers=2) as dp:
+                print("up", flush=True)
+                dp.bench(pkts, iif, "ethernet", duration=30)
+        """,
+        "no-close": """
+            dp = fastpath.Dataplane(cfg, workers=2)
+            dp.process(fastpath.Batch.from_packets(pkts, iif=iif, linktype="ethernet"))
+        """,
+    }[how]
+    pid, rc, err = _run_script(body, signal.SIGINT if how == "ctrl-c" else None)
+    assert shm_segments(f"fp{pid}_") == []
+    if how in ("normal", "no-close"):
+        assert rc == 0, err
+    else:
+        assert rc != 0 and ("boom" in err or "KeyboardInterrupt" in err)
+    # and no worker is left running
+    out = subprocess.run(["pgrep", "-f", f"fastpath._worker .*fp{pid}_"], capture_output=True, text=True)
+    assert out.stdout.strip() == ""
