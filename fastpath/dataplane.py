@@ -265,7 +265,7 @@ class _Worker:
         self.ctl[self.line + Q_BATCHES] += 1
         self.ctl[self.line + Q_PACKETS] += n
 
-    def bench(self, frames, iif, linktype, duration, start_at):
+    def bench(self, frames, iif, linktype, duration, start_at, rate=0.0, ring=0):
         b = Batch.from_packets(frames, iif=iif, linktype=linktype)
         b.iif[:] = self.ifindex[iif]
         b.iif_names = None
@@ -279,7 +279,7 @@ class _Worker:
         while time.monotonic() < start_at:
             time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
         end = start_at + duration
-        npk = nb = 0
+        npk = nb = offered = lost = 0
         busy = 0.0
         t0 = time.monotonic()
         self.ctl[self.line + Q_INFLIGHT] = len(b)
@@ -288,12 +288,14 @@ class _Worker:
             if left <= 0:
                 break
             self.quiescent()
-            p, k, s, early = self.dp.run_loop(*args, lt, saved[0], saved[1], saved[2], used, left,
-                                              self.ctl, self.line + Q_CNT, C_TOKEN, C_SEQ, self.seq,
-                                              C_STOP, self.line + Q_BATCHES)
+            p, k, s, early, o, lo = self.dp.run_loop(
+                *args, lt, saved[0], saved[1], saved[2], used, left, self.ctl, self.line + Q_CNT,
+                C_TOKEN, C_SEQ, self.seq, C_STOP, self.line + Q_BATCHES, rate, ring)
             npk += p
             nb += k
             busy += s
+            offered += o
+            lost += lo
             if early:
                 if self.ctl[C_STOP]:
                     break
@@ -303,6 +305,7 @@ class _Worker:
         verdicts = np.bincount(b.verdict, minlength=5).tolist()
         return {"worker": self.w, "cpu": sorted(os.sched_getaffinity(0)), "packets": npk,
                 "batches": nb, "busy_s": busy, "wall_s": wall, "verdicts": verdicts,
+                "offered": offered, "lost": lost,
                 "reasons": self.dp.reason_counts().tolist(), **self.dp.cache_counters()}
 
     def counters(self):
@@ -381,7 +384,7 @@ class Dataplane:
                  use_stats: str = "lazy", queues: int | None = None, placement: str = "one-socket",
                  max_routes: int = 1 << 16, oversubscribe: bool = False, check_gen: bool = False,
                  timeout: float = 60.0):
-        if mode not in MODES:
+        if mode not in MODES + ("refcount-private",):
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if use_stats not in USE_STATS:
             raise ValueError(f"use_stats must be one of {USE_STATS}, not {use_stats!r}")
@@ -686,17 +689,21 @@ class Dataplane:
         return batch
 
     def bench(self, frames, iif: str, linktype: str = "ethernet", duration: float = 1.0,
-              workers=None, start_delay: float = 0.2):
+              workers=None, start_delay: float = 0.2, rate: float = 0.0, ring: int = 512):
         """Benchmark traffic: every worker (or those listed) loops over its
         own copy of ``frames`` (a batch) for ``duration`` seconds, starting
-        together, reporting quiescent states between batches.  Returns the
-        per-worker results (packets, batches, busy seconds, verdicts)."""
+        together, reporting quiescent states between batches.  ``rate`` > 0:
+        each worker's RX ring of ``ring`` descriptors receives ``rate``
+        packets per second (see Datapath.run_loop); 0: as fast as it goes.
+        Returns the per-worker results (packets, batches, busy seconds,
+        offered, lost, verdicts, reason counts)."""
         self._check_open()
         ws = list(range(self.nworkers)) if workers is None else list(workers)
         if iif not in self._tables.ifindex:
             raise ValueError(f"unknown ingress interface {iif!r}")
         start_at = time.monotonic() + start_delay + 0.01 * len(ws)
-        res = self._call(ws, [("bench", list(frames), iif, linktype, duration, start_at)] * len(ws),
+        msg = ("bench", list(frames), iif, linktype, duration, start_at, float(rate), int(ring) if rate else 0)
+        res = self._call(ws, [msg] * len(ws),
                          timeout=self.timeout + duration + start_delay)
         return [res[w] for w in ws if w in res]
 

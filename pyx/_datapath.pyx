@@ -169,7 +169,7 @@ cdef struct ctx_t:
     int mp_policy4                # net.ipv4.fib_multipath_hash_policy
     bint v4_full_rpcheck          # custom IPv4 rules or local routes: full fib_validate_source
     # route caches (see DESIGN.md, "The contention model")
-    int refmode                   # MODE_NOREF or MODE_REFCOUNT
+    int refmode                   # MODE_NOREF, MODE_REFCOUNT or MODE_REFCOUNT_PRIVATE
     int use_mode                  # USE_SHARED or USE_LAZY
     fp_pcpu* pcpu                 # this worker's copies of the routes, [npcpu]
     uint32_t npcpu
@@ -444,7 +444,8 @@ cdef inline bint dst_hold_pkt(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     cdef fp_dst* d = &c.dsts[rt]
     cdef int32_t old
     dst_release_pkt(c, p)
-    if rt >= DST_FIRST_ROUTE and d.family == 6 and rt < c.npcpu:
+    if rt < c.npcpu and ((rt >= DST_FIRST_ROUTE and d.family == 6)
+                         or c.refmode == MODE_REFCOUNT_PRIVATE):
         if fp_atomic_load32(&d.refcnt) <= 0:
             return False
         fp_atomic_fetch_add32(&c.pcpu[rt].refcnt, 1)
@@ -463,9 +464,11 @@ cdef inline void null_hold_put(ctx_t* c, uint32_t n) noexcept nogil:
     """fib6_rule_action: a table that misses hands out ip6_null_entry, held,
     and the rule walk puts it back before trying the next rule."""
     cdef uint32_t k
+    cdef int32_t* cnt = &c.pcpu[DST_IP6_NULL].refcnt if c.refmode == MODE_REFCOUNT_PRIVATE \
+        else &c.dsts[DST_IP6_NULL].refcnt
     for k in range(n):
-        fp_atomic_fetch_add32(&c.dsts[DST_IP6_NULL].refcnt, 1)
-        fp_atomic_fetch_add32(&c.dsts[DST_IP6_NULL].refcnt, -1)
+        fp_atomic_fetch_add32(cnt, 1)
+        fp_atomic_fetch_add32(cnt, -1)
 
 
 cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
@@ -1652,7 +1655,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
     cdef uint32_t rt, v, nmiss = 0
     if not by_table:
         rt = fib6_lookup(c, daddr, ip6 + 8, p.iif, &nmiss)
-        if c.refmode == MODE_REFCOUNT:
+        if c.refmode != MODE_NOREF:
             # without RT6_LOOKUP_F_DST_NOREF: every table that misses holds
             # and puts ip6_null_entry, the route found is held
             null_hold_put(c, nmiss)
@@ -1664,7 +1667,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
     elif slot < 0 or <uint32_t>slot >= c.nlpm6:
         tr(c, T_TABLE, 0xFFFFFFFFu, DST_IP6_BLACKHOLE, daddr)
         rt = DST_IP6_BLACKHOLE
-        if c.refmode == MODE_REFCOUNT:
+        if c.refmode != MODE_NOREF:
             dst_hold_pkt(c, p, rt)
         return rt
     else:
@@ -1672,7 +1675,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
         rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
         tr(c, T_TABLE, slot, rt, daddr)
         dst_use(c, rt)
-        if c.refmode == MODE_REFCOUNT and not dst_hold_pkt(c, p, rt):
+        if c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt):
             c.hold_fail += 1
             rt = DST_IP6_NULL
             dst_hold_pkt(c, p, rt)
@@ -1680,7 +1683,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
         p.chk_dst = rt
         p.chk_gen = c.dsts[rt].gen
     if not local_delivery and (c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST):
-        if c.refmode == MODE_REFCOUNT:
+        if c.refmode != MODE_NOREF:
             dst_hold_pkt(c, p, DST_IP6_BLACKHOLE)
         return DST_IP6_BLACKHOLE
     return rt
@@ -2260,7 +2263,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
     if c.check_gen:
         p.chk_dst = rt
         p.chk_gen = d.gen
-    if ref and c.refmode == MODE_REFCOUNT and not dst_hold_pkt(c, p, rt):
+    if ref and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt):
         c.hold_fail += 1
         set_drop(p, R_ROUTE_DEAD)        # skb_dst_force() found it being freed
         return -1
@@ -2690,13 +2693,15 @@ cdef class Datapath:
 
     def set_mode(self, mode="noref", use_stats="lazy", pcpu=None, bint check_gen=False):
         """The route-cache mode: ``noref`` or ``refcount`` (seg6local's
-        lookups hold a reference, as before seeds/000-002), ``use_stats``
+        lookups hold a reference, as before seeds/000-002; or
+        ``refcount-private``: the same atomics, every one on this worker's
+        own copy, for attributing the cost), ``use_stats``
         ``shared`` or ``lazy`` (seeds/003), and optionally this worker's
         per-route copies (uint8[N, 16] rows of PCPU_DTYPE, e.g. in shared
         memory, N >= the route entries) instead of private ones.
         ``check_gen``: count packets whose route changed generation under
         them (the stress tests' check that no freed entry is used)."""
-        if mode not in ("noref", "refcount"):
+        if mode not in ("noref", "refcount", "refcount-private"):
             raise ValueError(f"mode must be 'noref' or 'refcount', not {mode!r}")
         if use_stats not in ("shared", "lazy"):
             raise ValueError(f"use_stats must be 'shared' or 'lazy', not {use_stats!r}")
@@ -2708,13 +2713,14 @@ cdef class Datapath:
                 raise ValueError("pcpu must have a row per route entry")
             self._set_pcpu(pcpu)
             self.own_pcpu = False
-        self.c.refmode = MODE_REFCOUNT if mode == "refcount" else MODE_NOREF
+        self.c.refmode = {"noref": MODE_NOREF, "refcount": MODE_REFCOUNT,
+                          "refcount-private": MODE_REFCOUNT_PRIVATE}[mode]
         self.c.use_mode = USE_LAZY if use_stats == "lazy" else USE_SHARED
         self.c.check_gen = check_gen
 
     @property
     def mode(self):
-        return "refcount" if self.c.refmode == MODE_REFCOUNT else "noref"
+        return ("noref", "refcount", "refcount-private")[self.c.refmode]
 
     @property
     def use_stats(self):
@@ -2797,7 +2803,7 @@ cdef class Datapath:
                  int linktype, saved_data, saved_start, saved_length, Py_ssize_t used,
                  double duration, qsbr=None, Py_ssize_t qs_index=0, Py_ssize_t token_index=0,
                  Py_ssize_t seq_index=0, uint64_t seq=0, Py_ssize_t stop_index=0,
-                 Py_ssize_t count_index=-1):
+                 Py_ssize_t count_index=-1, double rate=0.0, Py_ssize_t ring=0):
         """Benchmark traffic: process the batch over and over for
         ``duration`` seconds without returning to Python, restoring its
         first ``used`` bytes per packet (and start/length) from the saved
@@ -2810,8 +2816,14 @@ cdef class Datapath:
         ``qsbr[stop_index]`` is set.  With ``count_index`` >= 0 the batches
         and packets done are also added to ``qsbr[count_index]`` and
         ``qsbr[count_index + 1]`` as they happen (the worker's own line: what
-        a dead worker had done stays known).  Returns (packets, batches,
-        seconds spent processing, stopped_early)."""
+        a dead worker had done stays known).
+
+        ``rate`` > 0 models an RX ring: packets arrive at ``rate`` per second
+        into a ring of ``ring`` descriptors (those finding it full are lost)
+        and each pass takes up to a batch of what is waiting, polling when
+        nothing is (as a DPDK worker).  Returns (packets processed,
+        batches, seconds spent processing, stopped_early, packets offered,
+        packets lost)."""
         cdef bat_t b
         cdef Py_ssize_t r, nb = 0, npk = 0
         cdef uint64_t* q = NULL
@@ -2819,8 +2831,12 @@ cdef class Datapath:
         cdef const int32_t* ss
         cdef const int32_t* sl
         cdef timespec t0, t1, tend
-        cdef int64_t busy = 0, deadline
+        cdef int64_t busy = 0, deadline, tlast = 0, occ = 0, arr, offered = 0, lost = 0
+        cdef double acc = 0.0
+        cdef Py_ssize_t full_n
         cdef bint early = False
+        if rate > 0 and ring <= 0:
+            raise ValueError("a rate needs a ring size")
         self._batch(&b, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
                     linktype, None)
         _check_array(saved_data, "saved_data", cnp.NPY_UINT8, 2, b.n)
@@ -2840,11 +2856,36 @@ cdef class Datapath:
         sl = <const int32_t*>cnp.PyArray_DATA(saved_length)
         cdef Py_ssize_t sslot = cnp.PyArray_DIM(saved_data, 1)
         if b.n == 0:
-            return (0, 0, 0.0, False)
+            return (0, 0, 0.0, False, 0, 0)
+        full_n = b.n
         with nogil:
             clock_gettime(CLOCK_MONOTONIC, &tend)
             deadline = ts_ns(&tend) + <int64_t>(duration * 1e9)
+            tlast = ts_ns(&tend)
             while True:
+                if rate > 0:
+                    # arrivals since the last look, into the bounded ring
+                    clock_gettime(CLOCK_MONOTONIC, &t0)
+                    acc += (ts_ns(&t0) - tlast) * rate * 1e-9
+                    tlast = ts_ns(&t0)
+                    arr = <int64_t>acc
+                    acc -= arr
+                    offered += arr
+                    occ += arr
+                    if occ > ring:
+                        lost += occ - ring
+                        occ = ring
+                    if occ == 0:
+                        if tlast >= deadline:
+                            break
+                        if q != NULL:
+                            if fp_atomic_load64(&q[stop_index]) or fp_atomic_load64(&q[seq_index]) != seq:
+                                early = True
+                                break
+                            fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
+                        continue
+                    b.n = occ if occ < full_n else full_n
+                    occ -= b.n
                 for r in range(b.n):
                     memcpy(b.base + r * b.slot, sd + r * sslot, used)
                     b.st[r] = ss[r]
@@ -2867,7 +2908,8 @@ cdef class Datapath:
                     fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
                 if ts_ns(&t1) >= deadline:
                     break
-        return (npk, nb, busy * 1e-9, early)
+        b.n = full_n
+        return (npk, nb, busy * 1e-9, early, offered, lost)
 
     def trace(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
               int linktype, int max_events=256):

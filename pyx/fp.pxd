@@ -151,6 +151,8 @@ ctypedef struct fp_pcpu:         # 16 bytes: one worker's copy of a route (rt6_g
 cdef enum:
     MODE_NOREF = 0               # no references; QSBR protects the entries
     MODE_REFCOUNT = 1            # seg6local lookups hold a reference (atomic add/sub)
+    MODE_REFCOUNT_PRIVATE = 2    # the same atomics, all on the worker's own lines
+                                 # (attribution: the cost of atomics without contention)
     USE_SHARED = 0               # __use/lastuse written on the shared route every lookup
     USE_LAZY = 1                 # counted per worker, flushed once per tick
 
