@@ -25,7 +25,7 @@ import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 try:
-    import fastpath  # noqa: F401
+    import fastpath  # noqa: F401  (installed, or the checkout below)
 except ImportError:         # not installed: use the checkout (built in place)
     sys.path.insert(0, _ROOT)
 
@@ -43,13 +43,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rows = []
     for b in getattr(bs, "benchmarks", None) or []:
         info = getattr(b, "extra_info", None) or {}
-        if "ns_per_address" in info:
+        if "ns_per_address" in info or "ns_per_packet" in info:
             rows.append((b.group or "", b.name, info))
     if not rows:
         return
     tr = terminalreporter
-    tr.write_sep("-", "per address (extra_info)")
-    for group, name, info in sorted(rows, key=lambda r: (r[0], r[2]["ns_per_address"])):
-        extra = (f"  (lookup_batch {info['speedup']:.1f}x faster)" if "speedup" in info else "")
-        tr.write_line(f"{group:<18} {name:<50} {info['ns_per_address']:>8.1f} ns/address "
-                      f"({info.get('addresses', 0):,} per call){extra}")
+    tr.write_sep("-", "per address / per packet (extra_info)")
+    key = lambda r: (r[0], r[2].get("ns_per_address", r[2].get("ns_per_packet", 0.0)))  # noqa: E731
+    for group, name, info in sorted(rows, key=key):
+        if "ns_per_address" in info:
+            extra = (f"  (lookup_batch {info['speedup']:.1f}x faster)" if "speedup" in info else "")
+            tr.write_line(f"{group:<18} {name:<50} {info['ns_per_address']:>8.1f} ns/address "
+                          f"({info.get('addresses', 0):,} per call){extra}")
+        else:
+            tr.write_line(f"{group:<18} {name:<50} {info['ns_per_packet']:>8.1f} ns/packet "
+                          f"{info['mpps']:>8.2f} Mpps")
