@@ -45,11 +45,32 @@ if os.environ.get("FASTPATH_ASAN", "") not in ("", "0"):
 if os.environ.get("FASTPATH_NATIVE", "") not in ("", "0"):
     cflags.append("-march=native")
 
+def _drop_other_flavour(mod: str) -> None:
+    """C files generated for the other flavour (debug: bounds checks) are
+    never reused: a marker beside each records the flavour it was made for,
+    and a C file of the other flavour is removed so that it is regenerated."""
+    want = "debug" if DEBUG else "release"
+    marker = os.path.join("pyx", f".{mod}.flavour")
+    try:
+        with open(marker) as f:
+            have = f.read().strip()
+    except OSError:
+        have = None
+    if have != want:
+        try:
+            os.remove(os.path.join("pyx", mod + ".c"))
+        except OSError:
+            pass
+        with open(marker, "w") as f:
+            f.write(want + "\n")
+
+
 extensions = []
 for path in sorted(glob.glob(os.path.join("pyx", "_*.pyx"))):
     mod = os.path.splitext(os.path.basename(path))[0]
     if ONLY and mod not in ONLY:
         continue
+    _drop_other_flavour(mod)
     extensions.append(
         Extension(
             "fastpath." + mod,
@@ -66,8 +87,7 @@ setup(
         extensions,
         include_path=["pyx"],
         compiler_directives=directives,
-        # a debug build must never reuse C files generated without checks
-        force=DEBUG or "--force" in sys.argv,
+        force="--force" in sys.argv,
         nthreads=int(os.environ.get("FASTPATH_JOBS", "2")),
     ),
 )
