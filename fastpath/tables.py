@@ -72,9 +72,16 @@ RULE_DTYPE = _rec([
 S6L_DTYPE = _rec([
     ("action", "u1", 0), ("flavors", "u1", 1), ("lblen", "u1", 2), ("nflen", "u1", 3),
     ("oif", "<u4", 4), ("slot6", "<i4", 8), ("slot4", "<i4", 12), ("table", "<u4", 16),
-    ("srh_off", "<u4", 20), ("srh_len", "<u2", 24), ("count", "u1", 26),
-    ("nh6", "16u1", 28), ("nh4", "4u1", 44)], 64)
+    ("srh_off", "<u4", 20), ("srh_len", "<u2", 24), ("count", "u1", 26), ("mode", "u1", 27),
+    ("nh6", "16u1", 28), ("nh4", "4u1", 44), ("tunsrc", "16u1", 48)], 64)
 FLAVOR_BITS = {"psp": 1, "usp": 2, "usd": 4, "next-csid": 8}
+# an `encap seg6` route's record in the seg6local parameter array (fp.pxd)
+S6_HEADEND = 200
+SEG6_MODES = {"inline": 0, "encap": 1, "l2encap": 2, "encap.red": 3, "l2encap.red": 4}
+HMAC_KEY_DTYPE = _rec([
+    ("keyid", "<u4", 0), ("algo", "u1", 4), ("slen", "u1", 5), ("secret", "64u1", 8),
+    ("istate", "8<u4", 72), ("ostate", "8<u4", 104)], 136)
+HMAC_ALGO_IDS = {"sha1": 1, "sha256": 2}
 NEIGH_DTYPE = _rec([
     ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("family", "u1", 20), ("mac", "6u1", 21)], 32)
 
@@ -126,7 +133,7 @@ class Tables:
     s6l: np.ndarray = None                           # seg6local parameters (S6L_DTYPE)
     srh_blob: np.ndarray = None                      # SRH templates of End.B6*
     s6l_routes: list = field(default_factory=list)   # s6l index -> Route
-    hmac_keys: np.ndarray = None
+    hmac_keys: np.ndarray = None                     # HMAC_KEY_DTYPE records
     dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
 
     def __post_init__(self):
@@ -156,7 +163,7 @@ class Tables:
         lpm4 = [(self.lpms[(4, t)].tbl24, self.lpms[(4, t)].groups) for t in self.slots.get(4, [])]
         return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
                 _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4,
-                _raw(self.s6l), self.srh_blob, self.hmac_keys)
+                _raw(self.s6l), self.srh_blob, _raw(self.hmac_keys))
 
 
 def _encap_type(encap) -> int:
@@ -410,14 +417,63 @@ def build_srh(segs, hmac_keyid=None, inline=False) -> bytes:
     return bytes(b)
 
 
+def reduce_srh(srh: bytes) -> bytes:
+    """seg6_do_srh_encap_red(): the SRH without its first SID (which only
+    goes into the outer destination): last entry - 1, hdrlen - 2, segments
+    left kept, TLVs kept; no SRH at all for a single SID without HMAC."""
+    first = srh[4]
+    if first == 0:
+        return b"" if not srh[5] & 0x08 else srh
+    red = bytearray(srh[:8 + 16 * first]) + srh[8 + 16 * (first + 1):]
+    red[4] -= 1
+    red[1] -= 2
+    return bytes(red)
+
+
+def _headend_record(enc, route, blob: bytearray):
+    """The S6L record of an ``encap seg6`` route: mode, the SRH template as
+    the datapath pushes it (reduced for encap.red / l2encap.red; one more
+    slot, segments[0], for inline), the outer destination (the first SID)
+    and the route's tunsrc."""
+    rec = np.zeros(1, dtype=S6L_DTYPE)[0]
+    rec["action"] = S6_HEADEND
+    rec["mode"] = SEG6_MODES[enc.mode]
+    srh = build_srh(enc.segs, enc.hmac, inline=(enc.mode == "inline"))
+    if enc.mode in ("encap.red", "l2encap.red"):
+        srh = reduce_srh(srh)
+    rec["nh6"] = addr16(enc.segs[0])
+    if route.tunsrc is not None:
+        rec["tunsrc"] = addr16(route.tunsrc)
+    rec["srh_off"] = len(blob)
+    rec["srh_len"] = len(srh)
+    blob += srh
+    return rec
+
+
+def _hmac_key_records(state) -> np.ndarray:
+    keys = np.zeros(len(state.hmac_keys), dtype=HMAC_KEY_DTYPE)
+    for k, (keyid, (algo, secret)) in enumerate(sorted(state.hmac_keys.items())):
+        keys[k]["keyid"] = keyid
+        keys[k]["algo"] = HMAC_ALGO_IDS[algo]
+        keys[k]["slen"] = len(secret)
+        keys[k]["secret"][:len(secret)] = np.frombuffer(secret, np.uint8)
+    return keys
+
+
 def _compile_seg6local(t: Tables, state) -> None:
-    """One S6L record per seg6local route entry (dst.encap indexes it)."""
+    """One S6L record per seg6local route entry (dst.encap indexes it), and
+    one per ``encap seg6`` route (action S6_HEADEND)."""
     from .config import SEG6LOCAL_ACTIONS
     slot6 = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
     slot4 = {tb: k for k, tb in enumerate(t.slots.get(4, []))}
     recs, blob, routes = [], bytearray(8), []
     for e in sorted(t.entries.values(), key=lambda e: e.dst):
         enc = e.route.encap
+        if _encap_type(enc) == ENCAP_SEG6:
+            t.dsts[e.dst]["encap"] = len(recs)
+            recs.append(_headend_record(enc, e.route, blob))
+            routes.append(e.route)
+            continue
         if _encap_type(enc) != ENCAP_SEG6LOCAL:
             continue
         rec = np.zeros(1, dtype=S6L_DTYPE)[0]
@@ -446,4 +502,4 @@ def _compile_seg6local(t: Tables, state) -> None:
     t.s6l = np.array(recs, dtype=S6L_DTYPE) if recs else np.zeros(0, dtype=S6L_DTYPE)
     t.srh_blob = np.frombuffer(bytes(blob), dtype=np.uint8).copy()
     t.s6l_routes = routes
-    t.hmac_keys = np.array(sorted(state.hmac_keys) + [0], dtype=np.uint32)
+    t.hmac_keys = _hmac_key_records(state)
