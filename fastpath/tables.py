@@ -430,14 +430,16 @@ def reduce_srh(srh: bytes) -> bytes:
     return bytes(red)
 
 
-def _headend_record(enc, route, blob: bytearray):
+def _headend_record(enc, route, blob: bytearray, oif: int):
     """The S6L record of an ``encap seg6`` route: mode, the SRH template as
     the datapath pushes it (reduced for encap.red / l2encap.red; one more
-    slot, segments[0], for inline), the outer destination (the first SID)
-    and the route's tunsrc."""
+    slot, segments[0], for inline), the outer destination (the first SID),
+    the route's tunsrc, and its device (``oif``: set_tun_src selects the
+    source on it)."""
     rec = np.zeros(1, dtype=S6L_DTYPE)[0]
     rec["action"] = S6_HEADEND
     rec["mode"] = SEG6_MODES[enc.mode]
+    rec["oif"] = oif
     srh = build_srh(enc.segs, enc.hmac, inline=(enc.mode == "inline"))
     if enc.mode in ("encap.red", "l2encap.red"):
         srh = reduce_srh(srh)
@@ -471,7 +473,8 @@ def _compile_seg6local(t: Tables, state) -> None:
         enc = e.route.encap
         if _encap_type(enc) == ENCAP_SEG6:
             t.dsts[e.dst]["encap"] = len(recs)
-            recs.append(_headend_record(enc, e.route, blob))
+            dev = _nexthop_dev(e.route.nexthops[0], state) if e.route.nexthops else None
+            recs.append(_headend_record(enc, e.route, blob, t.ifindex.get(dev, 0)))
             routes.append(e.route)
             continue
         if _encap_type(enc) != ENCAP_SEG6LOCAL:

@@ -2494,6 +2494,22 @@ cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
             p.length = p.l3len + p.l2len
 
 
+cdef void _resolve_headend_sources(const ctx_t* c, fp_s6l* s6l) noexcept nogil:
+    """set_tun_src() for every headend record, done once per configuration:
+    its inputs (the route's tunsrc, ip sr tunsrc, the addresses, the
+    route's device and the first SID) are all fixed until the next load.
+    The result goes into the record's tunsrc; left zero (no address on any
+    device) the packet path selects again and drops."""
+    cdef uint32_t k
+    for k in range(c.ns6l):
+        if s6l[k].action != S6_HEADEND or not in6_is_zero(s6l[k].tunsrc):
+            continue
+        if c.has_tunsrc:
+            memcpy(s6l[k].tunsrc, c.tunsrc, 16)
+        elif not ipv6_get_saddr(c, s6l[k].oif, s6l[k].nh6, s6l[k].tunsrc):
+            memset(s6l[k].tunsrc, 0, 16)
+
+
 cdef class Datapath:
     """The compiled tables of one Router, and the batch kernel over them."""
     cdef ctx_t c
@@ -2572,6 +2588,10 @@ cdef class Datapath:
         for k in range(len(s6l)):
             if s6l[k, 20:24].view(np.uint32)[0] + s6l[k, 24:26].view(np.uint16)[0] > len(srh_blob):
                 raise ValueError("s6l: SRH template outside the blob")
+        # a private copy: headend records get their tunnel source resolved
+        # below, once per configuration instead of once per packet
+        s6l = np.array(s6l, copy=True)
+        refs.append(s6l)
         self.c.s6l = <const fp_s6l*>cnp.PyArray_DATA(s6l)
         old = self.s6l_counters
         counters = np.zeros((max(len(s6l), 1), 3), dtype=np.uint64)
@@ -2627,6 +2647,7 @@ cdef class Datapath:
         self.c.ip_default_ttl = ip_default_ttl
         self.c.hop_limit = hop_limit
         self.refs = refs
+        _resolve_headend_sources(&self.c, <fp_s6l*>cnp.PyArray_DATA(s6l))
 
     def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
                 int linktype, timestamp_ns=None):
