@@ -276,3 +276,13 @@ def test_l2encap_on_ethernet_batches():
     assert o2[IPv6].nh == 143 and o2[IPv6].dst == "fc00:2::1"
     untagged = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / in6("2001:db8:d2::5")
     assert bytes(o2[IPv6].payload) == bytes(untagged)
+
+
+def test_trace_shows_the_encapsulation():
+    r = Router()
+    r.configure(CFG)
+    t = str(r.trace(bytes(in6(_dst("2001:db8:a2::/48"))), iif="tun0"))
+    assert "encap seg6 mode encap" in t and "encapsulated (80 bytes of outer headers), DA fc00:3::2" in t
+    assert "forward: dev tun2" in t
+    t = str(r.trace(bytes(in6(_dst("2001:db8:c1::/48"))), iif="tun0"))
+    assert "inserted" in t or "insert" in t
