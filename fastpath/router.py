@@ -122,7 +122,7 @@ class Router:
         routes = {}
         sc = self._dp.seg6local_counters()
         for k, route in enumerate(self._tables.s6l_routes):
-            if route is not None and route.encap.count:
+            if route is not None and getattr(route.encap, "count", False):
                 routes[f"{route.prefix} table {route.table}"] = {
                     "packets": int(sc[k, 0]), "bytes": int(sc[k, 1]), "errors": int(sc[k, 2])}
         return {"reasons": reasons, "routes": routes}

@@ -122,6 +122,71 @@ def _behaviour_scenario(action: str):
     return build
 
 
+def _udp6(src: str, dst: str, n: int = 32, hlim: int = 64) -> bytes:
+    """IPv6/UDP with ``n`` bytes of payload (checksum left 0)."""
+    return bytes([0x60, 0, 0, 0, 0, 8 + n, 17, hlim]) + ipaddress.IPv6Address(src).packed + \
+        ipaddress.IPv6Address(dst).packed + bytes([0x12, 0x34, 0x56, 0x78, 0, 8 + n, 0, 0]) + bytes(n)
+
+
+def _headend_scenario(mode: str, nsids: int):
+    """A headend route (``encap seg6 mode MODE``) in front of a FIB of
+    ``n_routes`` prefixes: 80-byte IPv6/UDP packets to the policy's prefix,
+    encapsulated, the first SID looked up and forwarded (94-byte frames in)."""
+    def build(n_routes: int, batch: int, flows: int, rng):
+        lines = _srv6_base(n_routes)
+        segs = ",".join(f"fc00:2::{k + 1:x}" for k in range(nsids))
+        lines.append(f"ip -6 route add 2001:db8:50::/48 encap seg6 mode {mode} segs {segs} dev eth1")
+        pkts = [_eth(_udp6("2001:db8:1::2", f"2001:db8:50::{i % flows + 1:x}")) for i in range(batch)]
+        return "\n".join(lines), pkts, "eth0"
+    return build
+
+
+def _end_psp_scenario(n_routes: int, batch: int, flows: int, rng):
+    """End with PSP at SL 1: advance, pop the SRH, forward (94-byte frames)."""
+    lines = _srv6_base(n_routes)
+    lines.append("ip -6 route add fc00:1::100/128 encap seg6local action End flavors psp dev eth0")
+    pkts = [_eth(_end_packet("fc00:1::100", f"fc00:2::{i % flows + 1:x}")) for i in range(batch)]
+    return "\n".join(lines), pkts, "eth0"
+
+
+def _end_next_csid_scenario(n_routes: int, batch: int, flows: int, rng):
+    """End with NEXT-C-SID (block 32, function 16): the DA's argument shifts
+    left, no SRH; the new DA is forwarded (82-byte frames)."""
+    lines = _srv6_base(n_routes)
+    lines.append("ip -6 route add fc00:100::/32 via 2001:db8:2::2 dev eth1")
+    lines.append("ip -6 route add fc00:100:1::/48 encap seg6local action End flavors next-csid "
+                 "lblen 32 nflen 16 dev eth0")
+    pkts = [_eth(_udp6("2001:db8:1::2", f"fc00:100:1:{i % flows + 2:x}::", n=20)) for i in range(batch)]
+    return "\n".join(lines), pkts, "eth0"
+
+
+HMAC_SECRET = b"fastpath bench secret"
+
+
+def _hmac_end_packet(sid: str, nxt: str, keyid: int = 100) -> bytes:
+    """_end_packet with an HMAC TLV (SHA-256, as seg6_hmac_compute): 120
+    bytes (134 framed)."""
+    import hashlib
+    import hmac
+    src = ipaddress.IPv6Address("2001:db8:1::2").packed
+    segs = ipaddress.IPv6Address(nxt).packed + ipaddress.IPv6Address(sid).packed
+    text = src + bytes([1, 0x08]) + keyid.to_bytes(4, "big") + segs
+    tlv = bytes([5, 38, 0, 0]) + keyid.to_bytes(4, "big") + hmac.new(HMAC_SECRET, text, hashlib.sha256).digest()
+    srh = bytes([59, (len(segs) + len(tlv)) // 8, 4, 1, 1, 0x08, 0, 0]) + segs + tlv
+    return bytes([0x60, 0, 0, 0, 0, len(srh), 43, 64]) + src + ipaddress.IPv6Address(sid).packed + srh
+
+
+def _end_hmac_scenario(n_routes: int, batch: int, flows: int, rng):
+    """End with a SHA-256 HMAC TLV validated on every packet
+    (seg6_require_hmac 1): compare with "End" for the HMAC's cost."""
+    lines = _srv6_base(n_routes)
+    lines += [f"ip sr hmac set 100 sha256 '{HMAC_SECRET.decode()}'",
+              "sysctl -w net.ipv6.conf.eth0.seg6_require_hmac=1",
+              "ip -6 route add fc00:1::100/128 encap seg6local action End dev eth0"]
+    pkts = [_eth(_hmac_end_packet("fc00:1::100", f"fc00:2::{i % flows + 1:x}")) for i in range(batch)]
+    return "\n".join(lines), pkts, "eth0"
+
+
 SCENARIOS = {
     "ipv6-forward": ("IPv6 forward, /48 routes, 64-byte UDP", _ipv6_forward_scenario),
     "ipv4-forward": ("IPv4 forward, /24 routes, 36-byte UDP", _ipv4_forward_scenario),
@@ -133,4 +198,11 @@ SCENARIOS = {
     "End.DT4": ("End.DT4 (vrftable 100), 82-byte frames", _behaviour_scenario("End.DT4")),
     "End.DX6": ("End.DX6, IPv6-in-IPv6 frames", _behaviour_scenario("End.DX6")),
     "End.DT6": ("End.DT6 (table main), IPv6-in-IPv6 frames", _behaviour_scenario("End.DT6")),
+    "H.Encaps-1": ("H.Encaps, 1 SID, 94-byte IPv6 frames", _headend_scenario("encap", 1)),
+    "H.Encaps-2": ("H.Encaps, 2 SIDs, 94-byte IPv6 frames", _headend_scenario("encap", 2)),
+    "H.Encaps-4": ("H.Encaps, 4 SIDs, 94-byte IPv6 frames", _headend_scenario("encap", 4)),
+    "H.Encaps.Red": ("H.Encaps.Red, 2 SIDs (SRH of 1), 94-byte frames", _headend_scenario("encap.red", 2)),
+    "End-PSP": ("End with PSP at SL 1 (SRH popped), 94-byte frames", _end_psp_scenario),
+    "End-NEXT-CSID": ("End NEXT-C-SID (argument shift, no SRH), 82-byte frames", _end_next_csid_scenario),
+    "End-HMAC": ("End with SHA-256 HMAC validated (require_hmac 1), 134-byte frames", _end_hmac_scenario),
 }

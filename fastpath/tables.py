@@ -74,9 +74,16 @@ RULE_DTYPE = _rec([
 S6L_DTYPE = _rec([
     ("action", "u1", 0), ("flavors", "u1", 1), ("lblen", "u1", 2), ("nflen", "u1", 3),
     ("oif", "<u4", 4), ("slot6", "<i4", 8), ("slot4", "<i4", 12), ("table", "<u4", 16),
-    ("srh_off", "<u4", 20), ("srh_len", "<u2", 24), ("count", "u1", 26),
-    ("nh6", "16u1", 28), ("nh4", "4u1", 44)], 64)
+    ("srh_off", "<u4", 20), ("srh_len", "<u2", 24), ("count", "u1", 26), ("mode", "u1", 27),
+    ("nh6", "16u1", 28), ("nh4", "4u1", 44), ("tunsrc", "16u1", 48)], 64)
 FLAVOR_BITS = {"psp": 1, "usp": 2, "usd": 4, "next-csid": 8}
+# an `encap seg6` route's record in the seg6local parameter array (fp.pxd)
+S6_HEADEND = 200
+SEG6_MODES = {"inline": 0, "encap": 1, "l2encap": 2, "encap.red": 3, "l2encap.red": 4}
+HMAC_KEY_DTYPE = _rec([
+    ("keyid", "<u4", 0), ("algo", "u1", 4), ("slen", "u1", 5), ("secret", "64u1", 8),
+    ("istate", "8<u4", 72), ("ostate", "8<u4", 104)], 136)
+HMAC_ALGO_IDS = {"sha1": 1, "sha256": 2}
 NEIGH_DTYPE = _rec([
     ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("family", "u1", 20), ("mac", "6u1", 21)], 32)
 
@@ -158,7 +165,7 @@ class Tables:
     s6l: np.ndarray = None                           # seg6local parameters (S6L_DTYPE)
     srh_blob: np.ndarray = None                      # SRH templates of End.B6*
     s6l_routes: list = field(default_factory=list)   # s6l index -> Route (None: free)
-    hmac_keys: np.ndarray = None
+    hmac_keys: np.ndarray = None                     # HMAC_KEY_DTYPE records
     dst_routes: dict = field(default_factory=dict)   # dst id -> Route (for counters / dumps)
     max_dsts: int = 0                                # fixed capacity (shared memory), 0: grows
     retired: list = field(default_factory=list)      # _Entry objects replaced or removed
@@ -230,7 +237,7 @@ class Tables:
         lpm4 = [(self.lpms[(4, t)].tbl24, self.lpms[(4, t)].groups) for t in self.slots.get(4, [])]
         return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
                 _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4,
-                _raw(self.s6l), self.srh_blob, self.hmac_keys)
+                _raw(self.s6l), self.srh_blob, _raw(self.hmac_keys))
 
 
 def _encap_type(encap) -> int:
@@ -494,44 +501,98 @@ def build_srh(segs, hmac_keyid=None, inline=False) -> bytes:
     return bytes(b)
 
 
+def reduce_srh(srh: bytes) -> bytes:
+    """seg6_do_srh_encap_red(): the SRH without its first SID (which only
+    goes into the outer destination): last entry - 1, hdrlen - 2, segments
+    left kept, TLVs kept; no SRH at all for a single SID without HMAC."""
+    first = srh[4]
+    if first == 0:
+        return b"" if not srh[5] & 0x08 else srh
+    red = bytearray(srh[:8 + 16 * first]) + srh[8 + 16 * (first + 1):]
+    red[4] -= 1
+    red[1] -= 2
+    return bytes(red)
+
+
+def _blob_put(t: Tables, e: _Entry, rec, srh: bytes) -> None:
+    """An SRH template into the blob, at an offset that stays the entry's."""
+    off = t.blob_pool.alloc(len(srh))
+    if off + len(srh) > len(t.blob):
+        t.blob.extend(bytes(off + len(srh) - len(t.blob)))
+    t.blob[off:off + len(srh)] = srh
+    rec["srh_off"] = off
+    rec["srh_len"] = len(srh)
+    e.blob = (off, len(srh))
+
+
+def _headend_record(t: Tables, e: _Entry, enc, route, oif: int):
+    """The S6L record of an ``encap seg6`` route: mode, the SRH template as
+    the datapath pushes it (reduced for encap.red / l2encap.red; one more
+    slot, segments[0], for inline), the outer destination (the first SID),
+    the route's tunsrc, and its device (``oif``: set_tun_src selects the
+    source on it)."""
+    rec = np.zeros(1, dtype=S6L_DTYPE)[0]
+    rec["action"] = S6_HEADEND
+    rec["mode"] = SEG6_MODES[enc.mode]
+    rec["oif"] = oif
+    srh = build_srh(enc.segs, enc.hmac, inline=(enc.mode == "inline"))
+    if enc.mode in ("encap.red", "l2encap.red"):
+        srh = reduce_srh(srh)
+    rec["nh6"] = addr16(enc.segs[0])
+    if route.tunsrc is not None:
+        rec["tunsrc"] = addr16(route.tunsrc)
+    _blob_put(t, e, rec, srh)
+    return rec
+
+
+def _hmac_key_records(state) -> np.ndarray:
+    keys = np.zeros(len(state.hmac_keys), dtype=HMAC_KEY_DTYPE)
+    for k, (keyid, (algo, secret)) in enumerate(sorted(state.hmac_keys.items())):
+        keys[k]["keyid"] = keyid
+        keys[k]["algo"] = HMAC_ALGO_IDS[algo]
+        keys[k]["slen"] = len(secret)
+        keys[k]["secret"][:len(secret)] = np.frombuffer(secret, np.uint8)
+    return keys
+
+
 def _compile_seg6local(t: Tables, state, entries) -> None:
-    """One S6L record per new seg6local route entry (dst.encap indexes it),
-    at an index that stays its own until the entry is reclaimed; SRH
-    templates of End.B6* likewise in the blob."""
+    """One S6L record per new seg6local route entry, and per new ``encap
+    seg6`` route (action S6_HEADEND); dst.encap indexes it, at an index that
+    stays the entry's until it is reclaimed; SRH templates likewise in the
+    blob."""
     from .config import SEG6LOCAL_ACTIONS
     for e in entries:
         enc = e.route.encap
-        if _encap_type(enc) != ENCAP_SEG6LOCAL:
+        et = _encap_type(enc)
+        if et == ENCAP_SEG6:
+            dev = _nexthop_dev(e.route.nexthops[0], state) if e.route.nexthops else None
+            rec = _headend_record(t, e, enc, e.route, t.ifindex.get(dev, 0))
+        elif et == ENCAP_SEG6LOCAL:
+            rec = np.zeros(1, dtype=S6L_DTYPE)[0]
+            rec["action"] = SEG6LOCAL_ACTIONS[enc.action].uapi
+            rec["flavors"] = sum(FLAVOR_BITS[f] for f in enc.flavors)
+            rec["lblen"] = enc.lblen or 0
+            rec["nflen"] = enc.nflen or 0
+            rec["oif"] = t.ifindex.get(enc.oif, 0) if enc.oif else 0
+            table = enc.table if enc.table is not None else enc.vrftable
+            rec["table"] = table or 0
+            if enc.nh6 is not None:
+                rec["nh6"] = addr16(enc.nh6)
+            if enc.nh4 is not None:
+                rec["nh4"] = np.frombuffer(enc.nh4.packed, np.uint8)
+            if enc.srh_segs:
+                _blob_put(t, e, rec, build_srh(enc.srh_segs, enc.srh_hmac,
+                                               inline=(enc.action == "End.B6")))
+            rec["count"] = 1 if enc.count else 0
+        else:
             continue
-        rec = np.zeros(1, dtype=S6L_DTYPE)[0]
-        rec["action"] = SEG6LOCAL_ACTIONS[enc.action].uapi
-        rec["flavors"] = sum(FLAVOR_BITS[f] for f in enc.flavors)
-        rec["lblen"] = enc.lblen or 0
-        rec["nflen"] = enc.nflen or 0
-        rec["oif"] = t.ifindex.get(enc.oif, 0) if enc.oif else 0
-        table = enc.table if enc.table is not None else enc.vrftable
-        rec["table"] = table or 0
-        if enc.nh6 is not None:
-            rec["nh6"] = addr16(enc.nh6)
-        if enc.nh4 is not None:
-            rec["nh4"] = np.frombuffer(enc.nh4.packed, np.uint8)
-        if enc.srh_segs:
-            srh = build_srh(enc.srh_segs, enc.srh_hmac, inline=(enc.action == "End.B6"))
-            off = t.blob_pool.alloc(len(srh))
-            if off + len(srh) > len(t.blob):
-                t.blob.extend(bytes(off + len(srh) - len(t.blob)))
-            t.blob[off:off + len(srh)] = srh
-            rec["srh_off"] = off
-            rec["srh_len"] = len(srh)
-            e.blob = (off, len(srh))
-        rec["count"] = 1 if enc.count else 0
         e.s6l = t.s6l_pool.alloc(1)
         t.dsts[e.dst]["encap"] = e.s6l
         t.s6l_recs[e.s6l] = rec
         while len(t.s6l_routes) <= e.s6l:
             t.s6l_routes.append(None)
         t.s6l_routes[e.s6l] = e.route
-    t.hmac_keys = np.array(sorted(state.hmac_keys) + [0], dtype=np.uint32)
+    t.hmac_keys = _hmac_key_records(state)
 
 
 def _seg6local_slots(t: Tables) -> None:
@@ -542,8 +603,9 @@ def _seg6local_slots(t: Tables) -> None:
     s6l = np.zeros(t.s6l_pool.end, dtype=S6L_DTYPE)
     for k, rec in t.s6l_recs.items():
         s6l[k] = rec
-        route = t.s6l_routes[k]
-        enc = route.encap
+        enc = t.s6l_routes[k].encap
+        if _encap_type(enc) != ENCAP_SEG6LOCAL:
+            continue
         table = enc.table if enc.table is not None else enc.vrftable
         s6l[k]["slot6"] = slot6.get(table, -1) if table is not None else -1
         s6l[k]["slot4"] = slot4.get(table, -1) if table is not None else -1

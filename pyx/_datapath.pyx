@@ -36,6 +36,20 @@ cdef extern from *:
     """
     const int FP_DEBUG_BUILD
 
+# SHA-1 / SHA-256 / HMAC in C (pyx/fp_sha.h explains why fastpath has its own)
+cdef extern from "fp_sha.h":
+    int fp_sha_use_accel(int on) noexcept nogil
+    int fp_sha(int algo, const uint8_t* msg, size_t len, uint8_t* out) noexcept nogil
+    void fp_hmac_prepare(int algo, const uint8_t* key, size_t klen, uint32_t* istate,
+                         uint32_t* ostate) noexcept nogil
+    int fp_hmac_prepared(int algo, const uint32_t* istate, const uint32_t* ostate,
+                         const uint8_t* msg, size_t len, uint8_t* out) noexcept nogil
+    int fp_hmac(int algo, const uint8_t* key, size_t klen, const uint8_t* msg, size_t len,
+                uint8_t* out) noexcept nogil
+
+# SHA-NI blocks where the CPU has them (same bytes as the portable code)
+SHA_ACCEL = bool(fp_sha_use_accel(1))
+
 # True when built with FASTPATH_DEBUG=1 (bounds checks on)
 DEBUG_BUILD = bool(FP_DEBUG_BUILD)
 
@@ -57,6 +71,15 @@ DEF IPPROTO_ICMP = 1
 # seg6local behaviours a packet may go through in one pass (a SID list that
 # visits several of our own SIDs); the kernel recurses without a bound
 DEF MAX_SEG6LOCAL_DEPTH = 64
+# nested headend encapsulations (a route whose first SID leads to a seg6
+# route again): lwtunnel_input() stops at the device recursion limit
+# (XMIT_RECURSION_LIMIT); observed: a route encapsulating towards itself
+# emits nothing
+DEF MAX_HEADEND_DEPTH = 8
+# seg6_hmac_compute(): the HMAC text (22 bytes + 16 per segment) must fit
+# SEG6_HMAC_RING_SIZE
+DEF SEG6_HMAC_RING_SIZE = 256
+DEF SEG6_HMAC_FIELD_LEN = 32
 # headroom kept in front of headers the datapath prepends, for the Ethernet
 # header (with an 802.1Q tag) l2_build adds afterwards, so that it never has
 # to move the packet a second time
@@ -151,7 +174,7 @@ cdef struct ctx_t:
     uint32_t ns6l
     uint64_t* s6l_counters        # [ns6l, 3]: packets, bytes, errors (this worker's)
     const uint8_t* srh_blob       # SRH templates of End.B6 / End.B6.Encaps
-    const uint32_t* hmac_keys     # configured HMAC key ids
+    const fp_hmac_key* hmac_keys  # ip sr hmac keys (secrets and prepared hash states)
     uint32_t nhmac
     bint has_tunsrc
     uint8_t tunsrc[16]            # ip sr tunsrc
@@ -199,6 +222,7 @@ cdef struct pkt_t:
     uint8_t known_nh[16]
     bint l2_done                  # End.DX2: the frame already is the L2 frame to send
     int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
+    int nencap                    # nested headend encapsulations
     int64_t ts                    # the packet's timestamp (ns): the clock of the rate limits
     int32_t held                  # the route this packet holds a reference on (-1: none)
     bint held_pcpu                # ... on this worker's copy (IPv6) or the shared entry
@@ -1334,10 +1358,6 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         tr(c, T_ROUTE, rt, 6, NULL)
         seg6local_input(c, p, d)
         return
-    if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6:
-        p.dst = rt
-        set_drop(p, R_NOT_SUPPORTED)     # seg6 headends: not in this datapath yet
-        return
     ip6_dst_input(c, p, rt)
 
 
@@ -1360,8 +1380,8 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
             # (dst_input -> seg6_local_input), without a hop limit decrement
             return seg6local_input(c, p, d)
         if d.encap_type == ENCAP_SEG6:
-            set_drop(p, R_NOT_SUPPORTED)
-            return -1
+            # lwtunnel_input() -> seg6_input()
+            return seg6_headend(c, p, rt)
         return ip6_forward(c, p, d)
     elif d.type == RTN_LOCAL or d.type == RTN_ANYCAST:
         return ip6_local_deliver(c, p)
@@ -1608,33 +1628,112 @@ cdef bint seg6_hmac_validate(const ctx_t* c, pkt_t* p) noexcept nogil:
     return seg6_hmac_validate_at(c, p, transport_offset(p))
 
 
+cdef inline const fp_hmac_key* hmac_key_find(const ctx_t* c, uint32_t keyid) noexcept nogil:
+    """seg6_hmac_info_lookup()."""
+    cdef uint32_t k
+    for k in range(c.nhmac):
+        if c.hmac_keys[k].keyid == keyid:
+            return &c.hmac_keys[k]
+    return NULL
+
+
+cdef bint seg6_hmac_compute(const fp_hmac_key* key, const uint8_t* srh, const uint8_t* saddr,
+                            uint8_t* out) noexcept nogil:
+    """seg6_hmac_compute(): the HMAC over source address (16), last entry
+    (1), flags (1), key id (4) and every segment (16 each), truncated or
+    zero-padded to the 32-byte field (SHA-1 gives 20).  False (-EMSGSIZE)
+    when the text does not fit the kernel's 256-byte ring: 15 segments or
+    more.  The caller has checked that the segments lie in the packet."""
+    cdef uint8_t text[SEG6_HMAC_RING_SIZE]
+    cdef uint8_t dg[32]
+    cdef int32_t nseg = <int32_t>srh[4] + 1
+    cdef int32_t plen = 16 + 1 + 1 + 4 + nseg * 16
+    cdef int dlen
+    if plen >= SEG6_HMAC_RING_SIZE:
+        return False
+    memcpy(text, saddr, 16)
+    text[16] = srh[4]
+    text[17] = srh[5]
+    wr32(text + 18, key.keyid)
+    memcpy(text + 22, srh + 8, nseg * 16)
+    dlen = fp_hmac_prepared(key.algo, key.istate, key.ostate, text, plen, dg)
+    if dlen > SEG6_HMAC_FIELD_LEN:
+        dlen = SEG6_HMAC_FIELD_LEN
+    memset(out, 0, SEG6_HMAC_FIELD_LEN)
+    memcpy(out, dg, dlen)
+    return True
+
+
+cdef inline int32_t seg6_tlv_hmac(const uint8_t* srh, int32_t avail) noexcept nogil:
+    """seg6_get_tlv_hmac(): offset (from the SRH) of the HMAC TLV, which the
+    kernel expects as the SRH's last 40 bytes, or -1.  ``avail``: bytes of
+    the packet from the SRH on (the kernel does not bound its reads; we
+    return -1 rather than read past the packet)."""
+    cdef int32_t srhlen, off
+    if avail < 8:
+        return -1
+    if <int32_t>srh[1] < (<int32_t>srh[4] + 1) * 2 + 5:
+        return -1
+    if not (srh[5] & 0x08):
+        return -1
+    srhlen = (<int32_t>srh[1] + 1) << 3
+    if srhlen > avail:
+        return -1
+    off = srhlen - 40
+    if srh[off] != 5 or srh[off + 1] != 38:
+        return -1
+    return off
+
+
 cdef bint seg6_hmac_validate_at(const ctx_t* c, pkt_t* p, int32_t th) noexcept nogil:
     """seg6_hmac_validate_skb(): as the kernel, reads the SRH at the
-    transport header (``th``), whatever header is really there; the HMAC TLV
-    must follow the segment list (type 5, length 38) with the H flag set."""
+    transport header (``th``), whatever header is really there; per the
+    ingress device's seg6_require_hmac: -1 ignore, 0 check an HMAC TLV when
+    there is one, 1 require one.  A TLV whose key is unknown, or whose HMAC
+    differs from the one computed, fails."""
     cdef const uint8_t* ip6 = p.row + p.l3
     cdef const uint8_t* srh = ip6 + th
     cdef const fp_dev* idev = dev_get(c, p.iif)
     cdef int require = idev.seg6_require_hmac if idev != NULL else 0
-    cdef bint tlv = False
-    cdef int32_t toff
-    cdef uint32_t keyid, k
-    if p.l3len >= th + 8:
-        toff = th + 8 + ((<int32_t>srh[4] + 1) << 4)
-        if (<int32_t>srh[1] >= (<int32_t>srh[4] + 1) * 2 + 5 and (srh[5] & 0x08)
-                and toff + 40 <= p.l3len and ip6[toff] == 5 and ip6[toff + 1] == 38):
-            tlv = True
-    if require > 0 and not tlv:
+    cdef int32_t toff = seg6_tlv_hmac(srh, p.l3len - th) if th < p.l3len else -1
+    cdef const fp_hmac_key* key
+    cdef uint8_t out[SEG6_HMAC_FIELD_LEN]
+    cdef uint64_t a0, a1, a2, a3, b0, b1, b2, b3
+    if require > 0 and toff < 0:
         return False
-    if require < 0 or not tlv:
+    if require < 0 or toff < 0:
         return True
-    keyid = rd32(ip6 + toff + 4)
-    for k in range(c.nhmac):
-        if c.hmac_keys[k] == keyid:
-            # computing the HMAC in the fast path arrives with the HMAC work
-            p.reason = R_NOT_SUPPORTED
-            return False
-    return False
+    key = hmac_key_find(c, rd32(srh + toff + 4))
+    if key == NULL:
+        return False
+    if not seg6_hmac_compute(key, srh, ip6 + 8, out):
+        return False
+    # crypto_memneq: compare the 32 bytes without an early exit
+    memcpy(&a0, out, 8)
+    memcpy(&a1, out + 8, 8)
+    memcpy(&a2, out + 16, 8)
+    memcpy(&a3, out + 24, 8)
+    memcpy(&b0, srh + toff + 8, 8)
+    memcpy(&b1, srh + toff + 16, 8)
+    memcpy(&b2, srh + toff + 24, 8)
+    memcpy(&b3, srh + toff + 32, 8)
+    return ((a0 ^ b0) | (a1 ^ b1) | (a2 ^ b2) | (a3 ^ b3)) == 0
+
+
+cdef bint seg6_push_hmac(const ctx_t* c, const uint8_t* saddr, uint8_t* srh,
+                         int32_t avail) noexcept nogil:
+    """seg6_push_hmac(): fill the HMAC TLV of an SRH we build; False (the
+    kernel's error, the packet is dropped) when the TLV is missing, the key
+    unknown, or the segment list too long for the HMAC text."""
+    cdef int32_t toff = seg6_tlv_hmac(srh, avail)
+    cdef const fp_hmac_key* key
+    if toff < 0:
+        return False
+    key = hmac_key_find(c, rd32(srh + toff + 4))
+    if key == NULL:
+        return False
+    memset(srh + toff + 8, 0, SEG6_HMAC_FIELD_LEN)
+    return seg6_hmac_compute(key, srh, saddr, srh + toff + 8)
 
 
 cdef inline void advance_nextseg(uint8_t* ip6, int32_t srhoff) noexcept nogil:
@@ -1979,12 +2078,91 @@ cdef int end_dx2(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     return 0
 
 
-cdef bint srh_insert_source(const ctx_t* c, pkt_t* p, uint32_t dev_ifindex, uint8_t* out) noexcept nogil:
-    """set_tun_src(): ip sr tunsrc, else source selection on the device."""
-    if c.has_tunsrc:
-        memcpy(out, c.tunsrc, 16)
-        return True
-    return ipv6_get_saddr(c, dev_ifindex, p.row + p.l3 + 24, out)
+cdef bint srh_do_inline(ctx_t* c, pkt_t* p, const uint8_t* tmpl, int32_t hl) noexcept nogil:
+    """seg6_do_srh_inline(): insert the SRH template after the IPv6 header;
+    segments[0] = the DA, DA = segments[last entry]; the HMAC TLV when the
+    template has one.  False with the packet dropped on failure."""
+    cdef uint8_t* ip6
+    cdef uint8_t* isrh
+    if not make_headroom(c, p, hl + L2_RESERVE):
+        set_drop(p, R_NO_HEADROOM)
+        return False
+    memmove(p.row + p.l3 - hl, p.row + p.l3, IP6_HLEN)
+    p.l3 -= hl
+    p.l3len += hl
+    ip6 = p.row + p.l3
+    isrh = ip6 + IP6_HLEN
+    memcpy(isrh, tmpl, hl)
+    isrh[0] = ip6[6]
+    ip6[6] = NEXTHDR_ROUTING
+    memcpy(isrh + 8, ip6 + 24, 16)
+    memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
+    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    if (isrh[5] & 0x08) and not seg6_push_hmac(c, ip6 + 8, isrh, hl):
+        set_drop(p, R_HMAC_INVALID)
+        return False
+    tr(c, T_INSERT, hl, 0, ip6 + 24)
+    return True
+
+
+cdef inline uint32_t seg6_outer_word(const ctx_t* c, const uint8_t* l3, int family) noexcept nogil:
+    """The first 32 bits of the outer header (seg6_make_flowlabel and
+    ip6_flow_hdr): version 6; the inner traffic class for an IPv6 inner
+    packet (0 for IPv4); flow label per net.ipv6.seg6_flowlabel: -1 zero,
+    0 the inner flow label (IPv6 inner only), 1 a flow hash (the kernel's
+    skb_get_hash() is keyed per boot; ours is fastpath's own stable hash)."""
+    cdef uint32_t flow = 0, h, w0
+    if family == 6:
+        w0 = rd32(l3)
+        if c.seg6_flowlabel > 0:
+            h = flow_hash6(l3)
+            flow = ((h << 16) | (h >> 16)) & 0xFFFFF
+        elif c.seg6_flowlabel == 0:
+            flow = w0 & 0xFFFFF
+        return 0x60000000u | (w0 & 0x0FF00000u) | flow
+    if c.seg6_flowlabel > 0:
+        h = flow_hash4(l3)
+        flow = ((h << 16) | (h >> 16)) & 0xFFFFF
+    return 0x60000000u | flow
+
+
+cdef bint srh_do_encap(ctx_t* c, pkt_t* p, const uint8_t* tmpl, int32_t hl, const uint8_t* da,
+                       uint8_t proto, uint32_t w0, uint8_t hlim, uint32_t src_dev,
+                       const uint8_t* route_tunsrc) noexcept nogil:
+    """seg6_do_srh_encap() / seg6_do_srh_encap_red(): push an outer IPv6
+    header (first word ``w0``, hop limit ``hlim``, destination ``da``) and,
+    when ``hl`` > 0, the SRH template with next header ``proto``; the source
+    as set_tun_src(): the route's tunsrc, else ip sr tunsrc, else source
+    selection on the route's device towards ``da``; then the HMAC TLV.  The
+    payload stays where it is (headroom).  False with the packet dropped."""
+    cdef int32_t tot = IP6_HLEN + hl
+    cdef uint8_t* ip6
+    if not make_headroom(c, p, tot + L2_RESERVE):
+        set_drop(p, R_NO_HEADROOM)
+        return False
+    p.l3 -= tot
+    p.l3len += tot
+    ip6 = p.row + p.l3
+    wr32(ip6, w0)
+    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
+    ip6[6] = NEXTHDR_ROUTING if hl else proto
+    ip6[7] = hlim
+    memcpy(ip6 + 24, da, 16)
+    if hl:
+        memcpy(ip6 + IP6_HLEN, tmpl, hl)
+        ip6[IP6_HLEN] = proto
+    if route_tunsrc != NULL and not in6_is_zero(route_tunsrc):
+        memcpy(ip6 + 8, route_tunsrc, 16)
+    elif c.has_tunsrc:
+        memcpy(ip6 + 8, c.tunsrc, 16)
+    elif not ipv6_get_saddr(c, src_dev, da, ip6 + 8):
+        set_drop(p, R_NO_SOURCE_ADDRESS)
+        return False
+    if hl and (ip6[IP6_HLEN + 5] & 0x08) and not seg6_push_hmac(c, ip6 + 8, ip6 + IP6_HLEN, hl):
+        set_drop(p, R_HMAC_INVALID)
+        return False
+    tr(c, T_ENCAP, tot, 0, ip6 + 24)
+    return True
 
 
 cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
@@ -1992,35 +2170,12 @@ cdef int end_b6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     header without advancing the packet's own SRH; segments[0] = the DA,
     DA = segments[last entry]."""
     cdef int32_t srhoff = end_get_srh(c, p)
-    cdef int32_t hl = s.srh_len
-    cdef uint8_t* ip6
-    cdef uint8_t* isrh
     if srhoff < 0:
         set_drop(p, p.reason)
         return -1
-    if (isrh_has_hmac(c, s)):
-        set_drop(p, R_NOT_SUPPORTED)
+    if not srh_do_inline(c, p, c.srh_blob + s.srh_off, s.srh_len):
         return -1
-    if not make_headroom(c, p, hl + L2_RESERVE):
-        set_drop(p, R_NO_HEADROOM)
-        return -1
-    memmove(p.row + p.l3 - hl, p.row + p.l3, IP6_HLEN)
-    p.l3 -= hl
-    p.l3len += hl
-    ip6 = p.row + p.l3
-    isrh = ip6 + IP6_HLEN
-    memcpy(isrh, c.srh_blob + s.srh_off, hl)
-    isrh[0] = ip6[6]
-    ip6[6] = NEXTHDR_ROUTING
-    memcpy(isrh + 8, ip6 + 24, 16)
-    memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
-    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
-    tr(c, T_INSERT, hl, 0, ip6 + 24)
     return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
-
-
-cdef inline bint isrh_has_hmac(const ctx_t* c, const fp_s6l* s) noexcept nogil:
-    return s.srh_len >= 8 and (c.srh_blob[s.srh_off + 5] & 0x08) != 0
 
 
 cdef int end_b6_encap(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noexcept nogil:
@@ -2028,47 +2183,97 @@ cdef int end_b6_encap(ctx_t* c, pkt_t* p, const fp_s6l* s, const fp_dst* d) noex
     (traffic class, flow label per seg6_flowlabel, hop limit of the inner)
     and the policy's SRH; source from ip sr tunsrc or the route's device."""
     cdef int32_t srhoff = end_get_srh(c, p)
-    cdef int32_t hl = s.srh_len, tot = IP6_HLEN + s.srh_len
-    cdef uint8_t* ip6
-    cdef uint8_t* inner
-    cdef uint8_t* isrh
-    cdef uint32_t flow
+    cdef const uint8_t* tmpl = c.srh_blob + s.srh_off
+    cdef const uint8_t* inner
+    cdef uint8_t da[16]
     cdef const fp_nh* rnh
     if srhoff < 0:
         set_drop(p, p.reason)
         return -1
-    if isrh_has_hmac(c, s):
+    advance_nextseg(p.row + p.l3, srhoff)
+    inner = p.row + p.l3
+    memcpy(da, tmpl + 8 + (<int32_t>tmpl[4] << 4), 16)
+    rnh = dst_nexthop(c, d, 0)
+    if not srh_do_encap(c, p, tmpl, s.srh_len, da, 41, seg6_outer_word(c, inner, 6), inner[7],
+                        rnh.oif if rnh != NULL else 0, NULL):
+        return -1
+    return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
+
+
+# ---------------------------------------------------------------------------
+# seg6 headends (net/ipv6/seg6_iptunnel.c): routes with `encap seg6`
+# ---------------------------------------------------------------------------
+
+cdef int seg6_headend(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """seg6_input_core(): the route's encapsulation (seg6_do_srh: inline,
+    encap, encap.red, l2encap, l2encap.red), then the route of the new
+    destination (ip6_route_input(): rules, local table, from the ingress
+    device) and dst_input(): forwarded by ip6_forward() (hop limit checked
+    and decremented on the outer header, Packet Too Big against the egress
+    MTU: the error goes to the outer source, normally our own address, so
+    nothing leaves), delivered, or the next behaviour.  The inner packet is
+    not forwarded first: an IPv4 inner packet keeps its TTL."""
+    cdef const fp_dst* d = &c.dsts[rt]
+    cdef const fp_s6l* s
+    cdef const fp_nh* rnh
+    cdef const fp_dev* rdev
+    cdef uint8_t* l3 = p.row + p.l3
+    cdef uint8_t macs[12]
+    cdef uint8_t proto, hlim
+    cdef uint32_t w0, rt2, nmiss
+    cdef bint l2 = False
+    cdef int fam = p.family
+    if d.encap >= c.ns6l or c.s6l[d.encap].action != S6_HEADEND:
         set_drop(p, R_NOT_SUPPORTED)
         return -1
-    advance_nextseg(p.row + p.l3, srhoff)
-    if not make_headroom(c, p, tot + L2_RESERVE):
-        set_drop(p, R_NO_HEADROOM)
+    s = &c.s6l[d.encap]
+    p.nencap += 1
+    if p.nencap > MAX_HEADEND_DEPTH:
+        set_drop(p, R_SEG6_LOOP)
         return -1
-    inner = p.row + p.l3
-    if c.seg6_flowlabel > 0:
-        flow = flow_hash6(inner)
-        flow = ((flow << 16) | (flow >> 16)) & 0xFFFFF
-    elif c.seg6_flowlabel == 0:
-        flow = rd32(inner) & 0xFFFFF
+    if s.mode == SEG6_MODE_INLINE:
+        if fam != 6:
+            set_drop(p, R_NOT_SUPPORTED)          # -EINVAL (inline routes are IPv6 only)
+            return -1
+        if not srh_do_inline(c, p, c.srh_blob + s.srh_off, s.srh_len):
+            return -1
     else:
-        flow = 0
-    p.l3 -= tot
-    p.l3len += tot
-    ip6 = p.row + p.l3
-    wr32(ip6, 0x60000000u | ((rd32(inner) & 0x0FF00000u)) | flow)
-    wr16(ip6 + 4, <uint16_t>(p.l3len - IP6_HLEN))
-    ip6[6] = NEXTHDR_ROUTING
-    ip6[7] = inner[7]
-    isrh = ip6 + IP6_HLEN
-    memcpy(isrh, c.srh_blob + s.srh_off, hl)
-    isrh[0] = 41
-    memcpy(ip6 + 24, isrh + 8 + (<int32_t>isrh[4] << 4), 16)
-    rnh = dst_nexthop(c, d, 0)
-    if not srh_insert_source(c, p, rnh.oif if rnh != NULL else 0, ip6 + 8):
-        set_drop(p, R_NO_SOURCE_ADDRESS)
-        return -1
-    tr(c, T_ENCAP, tot, 0, ip6 + 24)
-    return ip6_dst_input(c, p, seg6_lookup(c, p, NULL, -1, False, False))
+        rnh = dst_nexthop(c, d, 0)
+        # outer fields from the L3 header (the skb's network header), for
+        # the L2 modes too
+        w0 = seg6_outer_word(c, l3, fam)
+        if fam == 6:
+            hlim = l3[7]
+            proto = 41
+        else:
+            # ip6_dst_hoplimit(): the route's hoplimit metric, else the
+            # IPv6 hop_limit of the route's device
+            rdev = dev_get(c, rnh.oif) if rnh != NULL else NULL
+            hlim = d.hoplimit if d.hoplimit else (rdev.hop_limit if rdev != NULL and rdev.hop_limit
+                                                  else c.hop_limit)
+            proto = 4
+        if s.mode == SEG6_MODE_L2ENCAP or s.mode == SEG6_MODE_L2ENCAP_RED:
+            # the frame as received goes inside (mac_len bytes: none on a
+            # raw/TUN batch; the untagged Ethernet header on an Ethernet one)
+            proto = 143
+            if c.linktype == LINK_ETHERNET:
+                l2 = True
+                memcpy(macs, p.row + p.start, 12)
+                if not make_headroom(c, p, 14 + IP6_HLEN + s.srh_len + L2_RESERVE):
+                    set_drop(p, R_NO_HEADROOM)
+                    return -1
+                p.l3 -= 14
+                p.l3len += 14
+                memcpy(p.row + p.l3, macs, 12)
+                wr16(p.row + p.l3 + 12, 0x86DD if fam == 6 else 0x0800)
+        if not srh_do_encap(c, p, c.srh_blob + s.srh_off, s.srh_len, s.nh6, proto, w0, hlim,
+                            rnh.oif if rnh != NULL else 0, s.tunsrc):
+            return -1
+        p.family = 6
+    # ip6_route_input() on the new header, then dst_input()
+    l3 = p.row + p.l3
+    rt2 = fib6_lookup(c, l3 + 24, l3 + 8, p.iif, &nmiss)
+    return ip6_dst_input(c, p, rt2)
 
 
 cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
@@ -2276,8 +2481,8 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         return 0
     idev = dev_get(c, p.iif)
     if d.type == RTN_UNICAST:
-        if d.encap_type != ENCAP_NONE:
-            set_drop(p, R_NOT_SUPPORTED)     # seg6 headend: not in this datapath yet
+        if d.encap_type != ENCAP_NONE and d.encap_type != ENCAP_SEG6:
+            set_drop(p, R_NOT_SUPPORTED)
             return -1
         if not ip4_validate_source(c, p, d, saddr, daddr):
             set_drop(p, R_SADDR_INVALID)
@@ -2286,6 +2491,10 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
             # not forwarding: EHOSTUNREACH, and ip_error sends nothing
             set_drop(p, R_FORWARDING_DISABLED)
             return 0
+        if d.encap_type == ENCAP_SEG6:
+            # the input route's dst.input is lwtunnel_input (no ip_forward:
+            # the TTL is not checked nor decremented)
+            return seg6_headend(c, p, rt)
         return ip_forward(c, p, d)
     if idev == NULL or not (idev.flags & DEVF_FWD4):
         set_drop(p, R_FORWARDING_DISABLED if d.type != RTN_BLACKHOLE else R_BLACKHOLE)
@@ -2404,6 +2613,7 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
     p.depth = 0
     p.held = -1
     p.chk_dst = 0xFFFFFFFFu
+    p.nencap = 0
     memset(p.nexthop, 0, 16)
     if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
         set_drop(p, R_TRUNCATED)
@@ -2554,6 +2764,22 @@ def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
         fp_atomic_fence()
 
 
+cdef void _resolve_headend_sources(const ctx_t* c, fp_s6l* s6l) noexcept nogil:
+    """set_tun_src() for every headend record, done once per configuration:
+    its inputs (the route's tunsrc, ip sr tunsrc, the addresses, the
+    route's device and the first SID) are all fixed until the next load.
+    The result goes into the record's tunsrc; left zero (no address on any
+    device) the packet path selects again and drops."""
+    cdef uint32_t k
+    for k in range(c.ns6l):
+        if s6l[k].action != S6_HEADEND or not in6_is_zero(s6l[k].tunsrc):
+            continue
+        if c.has_tunsrc:
+            memcpy(s6l[k].tunsrc, c.tunsrc, 16)
+        elif not ipv6_get_saddr(c, s6l[k].oif, s6l[k].nh6, s6l[k].tunsrc):
+            memset(s6l[k].tunsrc, 0, 16)
+
+
 cdef class Datapath:
     """The compiled tables of one Router, and the batch kernel over them."""
     cdef ctx_t c
@@ -2566,6 +2792,7 @@ cdef class Datapath:
     cdef object peers                  # uint8 array holding the peer_t table
     cdef object pcpu                   # this worker's route copies (PCPU_DTYPE as uint8 rows)
     cdef bint own_pcpu                 # allocated here (grown with the tables) or given
+    cdef object hmac_buf               # this Datapath's copy of the HMAC keys, states filled in
 
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ctx_t))
@@ -2629,11 +2856,16 @@ cdef class Datapath:
         if (not isinstance(srh_blob, np.ndarray) or srh_blob.dtype != np.uint8 or srh_blob.ndim != 1
                 or len(srh_blob) == 0):
             raise TypeError("srh_blob: expected a non-empty uint8 array")
-        if not isinstance(hmac_keys, np.ndarray) or hmac_keys.dtype != np.uint32 or len(hmac_keys) == 0:
-            raise TypeError("hmac_keys: expected a non-empty uint32 array")
+        if (not isinstance(hmac_keys, np.ndarray) or hmac_keys.dtype != np.uint8 or hmac_keys.ndim != 2
+                or hmac_keys.shape[1] != sizeof(fp_hmac_key)):
+            raise TypeError(f"hmac_keys: expected an array of {sizeof(fp_hmac_key)}-byte records")
         for k in range(len(s6l)):
             if s6l[k, 20:24].view(np.uint32)[0] + s6l[k, 24:26].view(np.uint16)[0] > len(srh_blob):
                 raise ValueError("s6l: SRH template outside the blob")
+        # a private copy: headend records get their tunnel source resolved
+        # below, once per configuration instead of once per packet
+        s6l = np.array(s6l, copy=True)
+        refs.append(s6l)
         self.c.s6l = <const fp_s6l*>cnp.PyArray_DATA(s6l)
         old = self.s6l_counters
         counters = np.zeros((max(len(s6l), 1), 3), dtype=np.uint64)
@@ -2644,8 +2876,19 @@ cdef class Datapath:
         self.c.s6l_counters = <uint64_t*>cnp.PyArray_DATA(counters)
         self.c.ns6l = len(s6l)
         self.c.srh_blob = <const uint8_t*>cnp.PyArray_DATA(srh_blob)
-        self.c.hmac_keys = <const uint32_t*>cnp.PyArray_DATA(hmac_keys)
-        self.c.nhmac = len(hmac_keys) - 1        # the last entry is a sentinel
+        # a private copy (the tables may be shared) with each key's inner and
+        # outer pad states computed once here, not per packet
+        hbuf = np.zeros((max(len(hmac_keys), 1), sizeof(fp_hmac_key)), dtype=np.uint8)
+        hbuf[:len(hmac_keys)] = hmac_keys
+        cdef fp_hmac_key* hk = <fp_hmac_key*>cnp.PyArray_DATA(hbuf)
+        for k in range(len(hmac_keys)):
+            if hk[k].algo not in (1, 2) or hk[k].slen > 64:
+                raise ValueError(f"hmac_keys[{k}]: unknown algorithm or secret too long")
+            fp_hmac_prepare(hk[k].algo, hk[k].secret, hk[k].slen, hk[k].istate, hk[k].ostate)
+        self.hmac_buf = hbuf
+        refs.append(hbuf)
+        self.c.hmac_keys = hk
+        self.c.nhmac = len(hmac_keys)
         self.c.has_tunsrc = tunsrc is not None
         if tunsrc is not None:
             tb = bytes(tunsrc)
@@ -2678,6 +2921,7 @@ cdef class Datapath:
         self.c.ip_default_ttl = ip_default_ttl
         self.c.hop_limit = hop_limit
         self.refs = refs
+        _resolve_headend_sources(&self.c, <fp_s6l*>cnp.PyArray_DATA(s6l))
 
     cdef _own_pcpu(self, Py_ssize_t n):
         pc = np.zeros((n, sizeof(fp_pcpu)), dtype=np.uint8)
@@ -2956,8 +3200,39 @@ cdef class Datapath:
     def record_sizes():
         return {"dst": sizeof(fp_dst), "nh": sizeof(fp_nh), "dev": sizeof(fp_dev),
                 "addr": sizeof(fp_addr), "rule": sizeof(fp_rule), "neigh": sizeof(fp_neigh),
-                "s6l": sizeof(fp_s6l), "pcpu": sizeof(fp_pcpu),
+                "s6l": sizeof(fp_s6l), "pcpu": sizeof(fp_pcpu), "hmac_key": sizeof(fp_hmac_key),
                 "reasons": R_COUNT}
+
+
+def sha_digest(int algo, data):
+    """SHA-1 (algo 1) or SHA-256 (algo 2) of ``data`` by fastpath's C code
+    (for the tests; the datapath uses it through HMAC)."""
+    cdef bytes b = bytes(data)
+    cdef uint8_t out[32]
+    if algo not in (1, 2):
+        raise ValueError("algo must be 1 (sha1) or 2 (sha256)")
+    n = fp_sha(algo, <const uint8_t*><char*>b, len(b), out)
+    return bytes(out[:n])
+
+
+def hmac_digest(int algo, key, data):
+    """HMAC-SHA1/SHA256 by fastpath's C code (for the tests)."""
+    cdef bytes k = bytes(key)
+    cdef bytes b = bytes(data)
+    cdef uint8_t out[32]
+    if algo not in (1, 2):
+        raise ValueError("algo must be 1 (sha1) or 2 (sha256)")
+    n = fp_hmac(algo, <const uint8_t*><char*>k, len(k), <const uint8_t*><char*>b, len(b), out)
+    return bytes(out[:n])
+
+
+def sha_accel(on=None):
+    """Whether the SHA blocks run on the CPU's SHA extensions; ``on``
+    switches them (False: the portable C code), for tests and benchmarks."""
+    global SHA_ACCEL
+    if on is not None:
+        SHA_ACCEL = bool(fp_sha_use_accel(1 if on else 0))
+    return SHA_ACCEL
 
 
 def record_offsets():
@@ -2968,6 +3243,8 @@ def record_offsets():
     cdef fp_addr a
     cdef fp_rule r
     cdef fp_neigh ne
+    cdef fp_s6l sl
+    cdef fp_hmac_key hk
     cdef char* b
     b = <char*>&d
     dst = {"refcnt": <char*>&d.refcnt - b, "gen": <char*>&d.gen - b, "type": <char*>&d.type - b,
@@ -2999,7 +3276,19 @@ def record_offsets():
     b = <char*>&ne
     neighs = {"addr": <char*>&ne.addr[0] - b, "ifindex": <char*>&ne.ifindex - b,
               "family": <char*>&ne.family - b, "mac": <char*>&ne.mac[0] - b}
-    return {"dst": dst, "nh": nhs, "dev": devs, "addr": addrs, "rule": rules, "neigh": neighs}
+    b = <char*>&sl
+    s6l = {"action": <char*>&sl.action - b, "flavors": <char*>&sl.flavors - b,
+           "lblen": <char*>&sl.lblen - b, "nflen": <char*>&sl.nflen - b, "oif": <char*>&sl.oif - b,
+           "slot6": <char*>&sl.slot6 - b, "slot4": <char*>&sl.slot4 - b, "table": <char*>&sl.table - b,
+           "srh_off": <char*>&sl.srh_off - b, "srh_len": <char*>&sl.srh_len - b,
+           "count": <char*>&sl.count - b, "mode": <char*>&sl.mode - b, "nh6": <char*>&sl.nh6[0] - b,
+           "nh4": <char*>&sl.nh4[0] - b, "tunsrc": <char*>&sl.tunsrc[0] - b}
+    b = <char*>&hk
+    hmac_key = {"keyid": <char*>&hk.keyid - b, "algo": <char*>&hk.algo - b, "slen": <char*>&hk.slen - b,
+                "secret": <char*>&hk.secret[0] - b, "istate": <char*>&hk.istate[0] - b,
+                "ostate": <char*>&hk.ostate[0] - b}
+    return {"dst": dst, "nh": nhs, "dev": devs, "addr": addrs, "rule": rules, "neigh": neighs,
+            "s6l": s6l, "hmac_key": hmac_key}
 
 
 cdef _check_array(object a, str name, int typenum, int ndim, Py_ssize_t n):

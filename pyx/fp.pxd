@@ -227,10 +227,10 @@ ctypedef struct fp_s6l:          # 64 bytes: one seg6local route's parameters
     uint32_t srh_off             # 20  the SRH template of End.B6*, in the SRH blob
     uint16_t srh_len             # 24
     uint8_t count                # 26  per-route counters on
-    uint8_t pad0                 # 27
-    uint8_t nh6[16]              # 28
+    uint8_t mode                 # 27  S6_HEADEND records: seg6 encap mode (SEG6_IPTUN_MODE_*)
+    uint8_t nh6[16]              # 28  (S6_HEADEND: the outer destination, the first SID)
     uint8_t nh4[4]               # 44
-    uint8_t pad[16]              # 48
+    uint8_t tunsrc[16]           # 48  S6_HEADEND: the route's tunsrc (zero: none)
 
 # fp_s6l.flavors
 cdef enum:
@@ -252,6 +252,26 @@ cdef enum:
     S6_END_B6 = 9
     S6_END_B6_ENCAP = 10
     S6_END_DT46 = 16
+    # not a seg6local action: an `encap seg6` route (headend), whose record
+    # shares the seg6local parameter array (dst.encap indexes it)
+    S6_HEADEND = 200
+
+# seg6 encap modes (uapi SEG6_IPTUN_MODE_*)
+cdef enum:
+    SEG6_MODE_INLINE = 0
+    SEG6_MODE_ENCAP = 1
+    SEG6_MODE_L2ENCAP = 2
+    SEG6_MODE_ENCAP_RED = 3
+    SEG6_MODE_L2ENCAP_RED = 4
+
+ctypedef struct fp_hmac_key:     # 136 bytes: one `ip sr hmac set` key
+    uint32_t keyid               # 0
+    uint8_t algo                 # 4   SEG6_HMAC_ALGO_*: 1 sha1, 2 sha256
+    uint8_t slen                 # 5   secret length
+    uint8_t pad[2]               # 6
+    uint8_t secret[64]           # 8
+    uint32_t istate[8]           # 72  hash state after key ^ ipad (filled by Datapath.load)
+    uint32_t ostate[8]           # 104 hash state after key ^ opad
 
 ctypedef struct fp_lpm:          # one table's LPM arrays (process-local pointers)
     const uint32_t* tbl24

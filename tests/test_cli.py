@@ -64,16 +64,19 @@ def test_usage_error_exit_2():
     assert rc == 2 and "Traceback" not in err
 
 
-def test_bench_small_run_and_json(tmp_path):
+def test_bench_runs_every_scenario_in_workers(tmp_path):
+    from fastpath.scenarios import SCENARIOS
     j = tmp_path / "b.json"
-    rc, out, err = run("fastpath.bench", "--scenario", "ipv6-forward,ipv4-forward", "--fib-size", "16",
-                       "--runs", "2", "--duration", "0.05", "--json", str(j))
+    rc, out, err = run("fastpath.bench", "--behavior", "all", "--fib-size", "16", "--workers", "1",
+                       "--mode", "noref", "--runs", "2", "--duration", "0.05", "--json", str(j))
     assert rc == 0, err
     assert "ipv6-forward" in out and "Mpps" in out
     data = json.loads(j.read_text())
-    assert [r["scenario"] for r in data["results"]] == ["ipv6-forward", "ipv4-forward"]
-    assert all(len(r["runs_mpps"]) == 2 and r["median_mpps"] > 0 for r in data["results"])
-    assert data["results"][0]["verdicts"] == {"forward": 256}
+    assert [r["behavior"] for r in data["results"]] == list(SCENARIOS)
+    for r in data["results"]:
+        assert len(r["runs_mpps"]) == 2 and r["median_mpps"] > 0
+        want = 4 if r["behavior"] == "ipv6-noroute" else 1      # icmp, else forward
+        assert r["verdicts"][want] == 256, (r["behavior"], r["verdicts"])
 
 
 @pytest.mark.parametrize("args", [["--scenario", "nope"], ["--batch", "0"], ["--duration", "-1"],

@@ -321,6 +321,18 @@ ip -6 route add fc00::19/128 encap seg6local action End.B6 srh segs fc00::e,fc00
 ip -6 route add fc00::1a/128 encap seg6local action End.B6.Encaps srh segs fc00::19,fc00::e dev tun0
 ip -6 route add 2001:db8:99::/48 via 2001:db8:2::2 dev tun1 table 100
 ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1 table 100
+ip sr hmac set 7 sha256 k7
+ip sr hmac set 8 sha1 k8
+ip -6 route add fc00::1b/128 encap seg6local action End.B6 srh segs fc00::e,fc00::1a hmac 7 dev tun0
+ip -6 route add fc00::1c/128 encap seg6local action End.B6.Encaps srh segs fc00::19 hmac 8 dev tun0
+ip -6 route add fc00::1d/128 encap seg6 mode encap segs fc00::e,fc00::1d,2001:db8:99::1 hmac 7 dev tun1
+ip -6 route add fc00::1e/128 encap seg6 mode inline segs fc00::19,fc00::1e dev tun1
+ip -6 route add fc00::1f/128 encap seg6 mode encap.red segs fc00::1f dev tun1
+ip -6 route add fc00::20/128 encap seg6 mode l2encap.red segs fc00::13,2001:db8:99::2 dev tun1
+ip -6 route add fc00::21/128 encap seg6 mode l2encap segs 2001:db8:99::3 hmac 9 dev tun1
+ip -6 route add fc00::22/128 encap seg6 mode encap segs """ + ",".join(f"2001:db8:99::{k:x}" for k in range(1, 17)) + """ dev tun2
+ip route add 192.0.2.128/25 encap seg6 mode encap.red segs fc00::14,fc00::e hmac 8 dev tun1
+ip route add 198.51.100.0/24 encap seg6 mode l2encap segs 2001:db8:99::4 dev tun1
 """
 
 
@@ -373,6 +385,7 @@ def ip_like(draw):
             ["2001:db8:99::5", "2001:db8:1::1", "2001:db8:a::1", "ff02::1", "2001:db8:1::",
              "::", "3fff::1"] + [f"fc00::{k:x}" for k in (0xe, 0xa, 0xb, 0x10, 0x11, 0x12, 0x13,
                                                           0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a)]
+            + [f"fc00::{k:x}" for k in range(0x1b, 0x23)]
             + ["fc00:100:1:2:3::"]))).packed
         if hdr[6] == 43 and draw(st.booleans()):
             # a plausible SRH with random fields, then random bytes
@@ -383,7 +396,13 @@ def ip_like(draw):
                              draw(st.sampled_from([0, 8])), 0, 0])
             for _ in range(n):
                 srh += ipaddress.IPv6Address(draw(st.sampled_from(
-                    ["fc00::e", "fc00::19", "2001:db8:99::1", "fc00::13", "::"]))).packed
+                    ["fc00::e", "fc00::19", "2001:db8:99::1", "fc00::13", "::", "fc00::1d"]))).packed
+            if draw(st.booleans()):
+                # an HMAC TLV (right or wrong) for the key table
+                srh[1] = 2 * n + 5 + draw(st.sampled_from([0, 0, 1]))
+                srh[5] |= draw(st.sampled_from([8, 8, 0]))
+                srh += bytes([5, draw(st.sampled_from([38, 38, 6])), 0, 0]) + \
+                    draw(st.sampled_from([7, 8, 9])).to_bytes(4, "big") + draw(st.binary(min_size=32, max_size=32))
             tail = bytes(srh) + draw(st.binary(max_size=80))
             hdr[4:6] = min(len(tail), draw(st.integers(0, len(tail) + 8))).to_bytes(2, "big")
             return bytes(hdr) + tail
@@ -400,7 +419,8 @@ def ip_like(draw):
     hdr[12:16] = ipaddress.IPv4Address(draw(st.sampled_from(
         ["10.0.1.2", "10.0.2.1", "0.0.0.0", "10.9.9.9"]))).packed
     hdr[16:20] = ipaddress.IPv4Address(draw(st.sampled_from(
-        ["192.0.2.7", "10.0.1.1", "255.255.255.255", "10.0.1.255", "224.0.0.1"]))).packed
+        ["192.0.2.7", "10.0.1.1", "255.255.255.255", "10.0.1.255", "224.0.0.1", "192.0.2.200",
+         "198.51.100.1"]))).packed
     s = sum(int.from_bytes(hdr[j:j + 2], "big") for j in range(0, 20, 2))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)

@@ -3,6 +3,7 @@ kernel_compare.py): End (plain, counters, PSP, NEXT-C-SID), End.X (with and
 without oif), End.T, End.DX6 (nh6 and ::), End.DX4, End.DT6 (table), End.B6,
 End.B6.Encaps; valid and invalid SRHs, hop limits, MTU edges, ICMP errors and
 random packets.  Skipped, with the reason, where namespaces/TUN are missing."""
+import ipaddress
 import itertools
 
 import pytest
@@ -331,3 +332,107 @@ def test_srh_to_a_local_address(enabled):
         r.configure(cfg)
         problems = compare(k, r, "tun0", [bytes(p) for p in pkts])
         assert not problems, format_problems(problems)
+
+
+# ------------------------------------------------------------------ HMAC (seg6_hmac.c)
+
+HMAC_KEYS = {100: (b"secret one", "sha256"), 101: (b"s2", "sha1")}
+HMAC_CFG = CFG + """
+ip sr hmac set 100 sha256 'secret one'
+ip sr hmac set 101 sha1 s2
+ip -6 addr add fc00:5::1/128 dev tun0
+sysctl -w net.ipv6.conf.all.seg6_enabled=1
+sysctl -w net.ipv6.conf.tun0.seg6_enabled=1
+ip -6 route add fc00:1::27/128 encap seg6local action End.B6 srh segs fc00:3::1,fc00:2::1 hmac 100 dev tun0
+ip -6 route add fc00:1::28/128 encap seg6local action End.B6.Encaps srh segs fc00:3::1,fc00:2::1 hmac 101 dev tun0
+ip -6 route add fc00:1::29/128 encap seg6local action End.B6.Encaps srh segs fc00:3::1 hmac 999 dev tun0
+"""
+
+
+def hmac_srv6(segs, sl=None, keyid=100, key=None, src=SRC, hlim=64, inner=None, flags=0x08,
+              corrupt=False, pad_before=False, pad_after=False, text_src=None, n=8):
+    """An IPv6 packet along ``segs`` whose SRH carries an HMAC TLV computed
+    as seg6_hmac_compute() (source, last entry, flags, key id, segments)."""
+    import hashlib
+    import hmac as hmac_mod
+    import struct
+    secret, algo = key or HMAC_KEYS.get(keyid, HMAC_KEYS[100])
+    addrs = [ipaddress.IPv6Address(a).packed for a in reversed(segs)]
+    last = len(segs) - 1
+    sl = last if sl is None else sl
+    seglist = b"".join(addrs)
+    text = ipaddress.IPv6Address(text_src or src).packed + bytes([last, flags]) + \
+        struct.pack("!I", keyid) + seglist
+    mac = hmac_mod.new(secret, text, hashlib.sha256 if algo == "sha256" else hashlib.sha1).digest()
+    mac = (mac + bytes(32))[:32]
+    if corrupt:
+        mac = bytes([mac[0] ^ 1]) + mac[1:]
+    tlvs = (b"\x04\x06" + bytes(6) if pad_before else b"") + bytes([5, 38, 0, 0]) + \
+        struct.pack("!I", keyid) + mac + (b"\x04\x06" + bytes(6) if pad_after else b"")
+    pl = bytes(inner if inner is not None else UDP(sport=1234, dport=4321) / (b"h" * n))
+    nh = 41 if inner is not None and bytes(inner)[0] >> 4 == 6 else (4 if inner is not None else 17)
+    body = seglist + tlvs
+    srh = bytes([nh, len(body) // 8, 4, sl, last, flags, 0, 0]) + body
+    ip6 = IPv6(src=src, dst=str(ipaddress.IPv6Address(addrs[sl])), hlim=hlim, nh=43)
+    return bytes(ip6 / (srh + pl))
+
+
+def _hmac_packets():
+    e2 = ["fc00:1::e", "fc00:2::1"]
+    in6 = IPv6(src="2001:db8:77::1", dst="2001:db8:99::5", hlim=9) / UDP() / b"inner6"
+    pkts = [
+        hmac_srv6(e2), hmac_srv6(e2, keyid=101), hmac_srv6(e2, corrupt=True),
+        hmac_srv6(e2, keyid=555, key=HMAC_KEYS[100]),              # unknown key
+        bytes(srv6(e2)),                                           # no HMAC TLV
+        hmac_srv6(e2, flags=0),                                    # TLV but no H flag
+        hmac_srv6(e2, pad_after=True),                             # HMAC not the last 40 bytes
+        hmac_srv6(e2, pad_before=True),                            # PadN, then HMAC: found
+        hmac_srv6(e2, text_src="2001:db8:1::99"),                  # computed for another source
+        hmac_srv6(["fc00:1::e", "fc00:2::1", "fc00:3::1"], sl=2, keyid=101),
+        hmac_srv6(["fc00:1::e"] + [f"fc00:2::{k}" for k in range(1, 14)], sl=13),   # 14 segments
+        hmac_srv6(["fc00:1::e"] + [f"fc00:2::{k}" for k in range(1, 15)], sl=14),   # 15: too long
+        hmac_srv6(["fc00:1::a", "fc00:2::1"]),                     # End PSP
+        hmac_srv6(["fc00:1::a", "fc00:2::1"], corrupt=True),
+        hmac_srv6(["fc00:2::1", "fc00:1::13"], sl=0, inner=in6),   # End.DX6: decap checks it
+        hmac_srv6(["fc00:2::1", "fc00:1::13"], sl=0, inner=in6, corrupt=True),
+        hmac_srv6(["fc00:5::1", "fc00:2::1"]),                     # ipv6_srh_rcv (no seg6local)
+        hmac_srv6(["fc00:5::1", "fc00:2::1"], keyid=101, corrupt=True),
+        hmac_srv6(["fc00:1::27", "fc00:2::9"]),                    # End.B6 with an HMAC policy
+        hmac_srv6(["fc00:1::28", "fc00:2::9"], keyid=101),         # End.B6.Encaps, sha1 policy
+        bytes(srv6(["fc00:1::27", "fc00:2::9"])), bytes(srv6(["fc00:1::28", "fc00:2::9"])),
+        bytes(srv6(["fc00:1::29", "fc00:2::9"])),                  # policy key missing: dropped
+    ]
+    return pkts
+
+
+@pytest.mark.parametrize("require", [-1, 0, 1])
+def test_hmac_validation_against_kernel(require):
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    cfg = HMAC_CFG + f"sysctl -w net.ipv6.conf.tun0.seg6_require_hmac={require}\n"
+    with KernelOracle() as k:
+        k.configure(cfg)
+        r = Router()
+        r.configure(cfg)
+        pkts = _hmac_packets()
+        problems = compare(k, r, "tun0", pkts)
+        assert not problems, format_problems(problems)
+        # and what fastpath decided, beyond agreeing with the kernel
+        b = __import__("fastpath").Batch.from_packets(pkts, iif="tun0")
+        r.process(b)
+        res = b.results()
+        valid = res[0].verdict
+        assert valid == "forward" and res[1].verdict == "forward"
+        bad = {"corrupt": res[2], "unknown key": res[3], "other source": res[8], "15 segs": res[11]}
+        for what, x in bad.items():
+            if require >= 0:
+                assert (x.verdict, x.reason) == ("drop", "hmac_invalid"), what
+            else:
+                assert x.verdict == "forward", what
+        assert res[4].verdict == ("drop" if require == 1 else "forward")
+        assert r.counters()["reasons"].get("hmac_invalid", 0) > 0 or require < 0

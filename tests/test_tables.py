@@ -11,6 +11,8 @@ def test_record_sizes_match_structs():
     assert tables.ADDR_DTYPE.itemsize == sizes["addr"]
     assert tables.RULE_DTYPE.itemsize == sizes["rule"]
     assert tables.NEIGH_DTYPE.itemsize == sizes["neigh"]
+    assert tables.S6L_DTYPE.itemsize == sizes["s6l"]
+    assert tables.HMAC_KEY_DTYPE.itemsize == sizes["hmac_key"]
 
 
 def test_upper_bounds_are_kernel_hash_thresholds():
@@ -24,6 +26,7 @@ def test_field_offsets_match_structs():
     offs = _datapath.record_offsets()
     for name, dtype in (("dst", tables.DST_DTYPE), ("nh", tables.NH_DTYPE), ("dev", tables.DEV_DTYPE),
                         ("addr", tables.ADDR_DTYPE), ("rule", tables.RULE_DTYPE),
-                        ("neigh", tables.NEIGH_DTYPE)):
+                        ("neigh", tables.NEIGH_DTYPE), ("s6l", tables.S6L_DTYPE),
+                        ("hmac_key", tables.HMAC_KEY_DTYPE)):
         want = {f: dtype.fields[f][1] for f in dtype.names}
         assert offs[name] == want, name
