@@ -541,7 +541,8 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
     cdef uint32_t k, v
     cdef const fp_rule* r
     cdef uint8_t s[4]
-    cdef uint8_t d[4]
+    cdef uint8_t d[16]              # 16: a trace event copies a full address
+    memset(d, 0, 16)
     wr32(s, saddr)
     wr32(d, daddr)
     for k in range(c.nrules4):
