@@ -24,6 +24,10 @@ Attribution (refcount): the same scenario with every atomic on the worker's
 own lines ("refcount-private") separates the cost of the atomics themselves
 (private vs noref) from the cost of sharing their cache lines (refcount vs
 private): reported as the share of the cycles per packet.
+
+All modes of a behaviour run on the same workers and tables, alternating run
+by run (the workers switch modes between runs, when no packet holds a
+reference), so that a drift of this shared machine hits them alike.
 """
 from __future__ import annotations
 
@@ -218,37 +222,61 @@ def _pdr_search(dp, frames, iif, lt, workers, args):
     return lo, trials
 
 
-def measure(args, topo, name, counts, modes, progress):
-    """Every (mode, worker count) of one behaviour: runs and medians."""
+def measure(args, topo, name, counts, modes, progress, attribution=False):
+    """Every (mode, worker count) of one behaviour on one Dataplane, the
+    modes alternating run by run (so that drifts of a shared machine hit
+    them alike); with ``attribution``, refcount-private runs too at the
+    largest worker count.  Returns the rows and the attribution."""
     from .dataplane import Dataplane
     cfg, frames, iif, lt = _traffic(args, name)
-    rows = []
     maxw = max(counts)
-    for mode in modes:
-        with Dataplane(cfg, workers=maxw, cpus=args.cpu_list, mode=mode, use_stats=args.use_stats,
-                       placement=args.placement, oversubscribe=args.oversubscribe,
-                       max_routes=max(1 << 16, 2 * args.fib_size + 1024)) as dp:
+    runs = {(m, n): [] for m in modes for n in counts}
+    raws = {(m, n): [] for m in modes for n in counts}
+    att_ns = {m: [] for m in ("noref", "refcount-private", "refcount")} if attribution else {}
+    with Dataplane(cfg, workers=maxw, cpus=args.cpu_list, mode=modes[0], use_stats=args.use_stats,
+                   placement=args.placement, oversubscribe=args.oversubscribe,
+                   max_routes=max(1 << 16, 2 * args.fib_size + 1024)) as dp:
+        for _ in range(args.runs):
             for n in counts:
                 ws = list(range(n))
-                runs, raw = [], []
-                for _ in range(args.runs):
+                for mode in modes:
                     progress.step(f"{name} {mode} {n}w")
+                    dp.set_mode(mode)
                     if args.pdr is not None:
                         mpps, trials = _pdr_search(dp, frames, iif, lt, ws, args)
-                        runs.append(mpps)
-                        raw.append({"pdr_mpps": mpps, "trials": trials})
+                        runs[(mode, n)].append(mpps)
+                        raws[(mode, n)].append({"pdr_mpps": mpps, "trials": trials})
                     else:
                         res = dp.bench(frames, iif, lt, duration=args.duration, workers=ws)
-                        runs.append(_rate(res))
-                        raw.append({"workers": res})
-                cpus = [dp.cpus[w] for w in ws]
-                sockets = sorted({topo.cpu(c).socket for c in cpus if topo.cpu(c) is not None})
-                verd = raw[-1]["workers"][0]["verdicts"] if "workers" in raw[-1] else None
-                rows.append({"behavior": name, "mode": mode, "workers": n, "queues": n, "cpus": cpus,
-                             "sockets": sockets, "runs_mpps": runs,
-                             "median_mpps": statistics.median(runs), "min_mpps": min(runs),
-                             "max_mpps": max(runs), "verdicts": verd, "raw": raw})
-    return rows
+                        runs[(mode, n)].append(_rate(res))
+                        raws[(mode, n)].append({"workers": res})
+                        if attribution and n == maxw:
+                            att_ns[mode].append(_ns_per_packet(res))
+            if attribution:
+                progress.step(f"{name} refcount-private {maxw}w")
+                dp.set_mode("refcount-private")
+                res = dp.bench(frames, iif, lt, duration=args.duration, workers=list(range(maxw)))
+                att_ns["refcount-private"].append(_ns_per_packet(res))
+        cpus_of = list(dp.cpus)
+    rows = []
+    for mode in modes:
+        for n in counts:
+            cpus = cpus_of[:n]
+            sockets = sorted({topo.cpu(c).socket for c in cpus if topo.cpu(c) is not None})
+            raw = raws[(mode, n)]
+            verd = raw[-1]["workers"][0]["verdicts"] if "workers" in raw[-1] else None
+            r = runs[(mode, n)]
+            rows.append({"behavior": name, "mode": mode, "workers": n, "queues": n, "cpus": cpus,
+                         "sockets": sockets, "runs_mpps": r, "median_mpps": statistics.median(r),
+                         "min_mpps": min(r), "max_mpps": max(r), "verdicts": verd, "raw": raw})
+    att = _attribution(name, maxw, {m: statistics.median(v) for m, v in att_ns.items()}) \
+        if attribution else None
+    return rows, att
+
+
+def _ns_per_packet(res):
+    """Cycles one packet costs, as time: the workers' mean of busy time per packet."""
+    return statistics.mean(r["busy_s"] / r["packets"] * 1e9 for r in res if r["packets"])
 
 
 def _fmt(r):
@@ -282,24 +310,9 @@ def _table(name, rows, args):
     return "\n".join(lines)
 
 
-def _attribution(args, name, counts, progress):
-    """refcount vs refcount-private vs noref at the largest worker count:
-    ns per packet, and the shares of the cycles."""
-    from .dataplane import Dataplane
-    cfg, frames, iif, lt = _traffic(args, name)
-    n = max(counts)
-    ns = {}
-    for mode in ("noref", "refcount-private", "refcount"):
-        with Dataplane(cfg, workers=n, cpus=args.cpu_list, mode=mode, use_stats=args.use_stats,
-                       placement=args.placement, oversubscribe=args.oversubscribe,
-                       max_routes=max(1 << 16, 2 * args.fib_size + 1024)) as dp:
-            per = []
-            for _ in range(args.runs):
-                progress.step(f"{name} attribution {mode}")
-                res = dp.bench(frames, iif, lt, duration=args.duration, workers=list(range(n)))
-                # ns per packet per worker (cycles spent on one packet)
-                per.append(statistics.mean(r["busy_s"] / r["packets"] * 1e9 for r in res if r["packets"]))
-            ns[mode] = statistics.median(per)
+def _attribution(name, n, ns):
+    """refcount vs refcount-private vs noref (ns per packet at ``n``
+    workers): the shares of the cycles spent on references."""
     tot = ns["refcount"]
     atomics = max(ns["refcount-private"] - ns["noref"], 0.0)
     sharing = max(ns["refcount"] - ns["refcount-private"], 0.0)
@@ -376,7 +389,7 @@ def run(argv=None, out=sys.stdout) -> int:
     modes = ["refcount", "noref"] if args.mode == "both" else [args.mode]
     attrib = args.attribution and "refcount" in modes and args.pdr is None
     total = len(names) * len(modes) * len(counts) * args.runs
-    total += len(names) * 3 * args.runs if attrib else 0
+    total += len(names) * args.runs if attrib else 0
     print(f"# {topo.describe()}", file=out)
     print(f"# fastpath.bench: {len(counts)} worker count(s) {counts}, placement "
           f"{args.placement if args.cpu_list is None else 'cpus ' + args.cpus}, "
@@ -386,11 +399,10 @@ def run(argv=None, out=sys.stdout) -> int:
     t0 = time.monotonic()
     try:
         for name in names:
-            rows = measure(args, topo, name, counts, modes, progress)
+            rows, att = measure(args, topo, name, counts, modes, progress, attrib)
             for r in rows:
                 r["behavior"] = name
             all_rows += rows
-            att = _attribution(args, name, counts, progress) if attrib else None
             print("", file=out)
             print(_table(name, rows, args), file=out)
             if att:

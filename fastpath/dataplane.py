@@ -219,6 +219,7 @@ class _Worker:
         self.line = C_WORKERS + W_CTL * w
         self.dp = _datapath.Datapath()
         self.dp.set_mode(mode, use_stats, pcpu=self.pcpu, check_gen=check_gen)
+        self.check_gen = check_gen
         self.seq = 0
         self.snap = None
         self.ifindex = {}
@@ -345,6 +346,9 @@ def _worker_main(prefix, w, nworkers, max_dsts, cpu, mode, use_stats, check_gen,
                 reply = ("ok", wk.bench(*msg[1:]))
             elif cmd == "counters":
                 reply = ("ok", wk.counters())
+            elif cmd == "mode":
+                wk.dp.set_mode(msg[1], msg[2], check_gen=wk.check_gen)
+                reply = ("ok",)
             elif cmd == "reset":
                 wk.dp.reset_counters()
                 reply = ("ok",)
@@ -727,6 +731,21 @@ class Dataplane:
                 "hold_fail": sum(r["hold_fail"] for r in res.values()),
                 "gen_violations": sum(r["gen_violations"] for r in res.values()),
                 "workers_alive": len(ws), "events": list(self.events)}
+
+    def set_mode(self, mode: str, use_stats: str | None = None):
+        """Switch every worker to another route-cache mode (and use-stats
+        mode) between two commands, when no packet holds a reference:
+        measurements of several modes can then alternate on the same
+        workers and tables."""
+        self._check_open()
+        if mode not in MODES + ("refcount-private",):
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        use_stats = use_stats or self.use_stats
+        if use_stats not in USE_STATS:
+            raise ValueError(f"use_stats must be one of {USE_STATS}, not {use_stats!r}")
+        ws = self.alive_workers()
+        self._call(ws, [("mode", mode, use_stats)] * len(ws))
+        self.mode, self.use_stats = mode, use_stats
 
     def reset_counters(self):
         ws = self.alive_workers()
