@@ -240,3 +240,20 @@ def test_no_shared_memory_left_behind(how):
     # and no worker is left running
     out = subprocess.run(["pgrep", "-f", f"fastpath._worker .*fp{pid}_"], capture_output=True, text=True)
     assert out.stdout.strip() == ""
+
+
+def test_set_mode_switches_between_runs():
+    cfg, pkts, iif = scenario("End.DX4")
+    with Dataplane(cfg, workers=2, mode="noref") as dp:
+        outs = []
+        for mode in ("refcount", "refcount-private", "noref", "refcount"):
+            dp.set_mode(mode)
+            res = dp.bench(pkts, iif, "ethernet", duration=0.1, start_delay=0.05)
+            assert all(r["verdicts"][V["forward"]] == len(pkts) for r in res)
+            assert dp.refcounts() == {"shared": {}, "workers": {}, "retired_pending": 0}
+            b = Batch.from_packets(_mixed_packets(pkts, 64), iif=iif, linktype="ethernet")
+            dp.process(b)
+            outs.append([x.data for x in b.results()])
+        assert all(o == outs[0] for o in outs)
+        with pytest.raises(ValueError):
+            dp.set_mode("atomic")
