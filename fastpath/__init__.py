@@ -16,5 +16,13 @@ from .reasons import REASON_NAMES, REASONS, VERDICTS
 from .router import Router
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``fastpath.pcap``, ``fastpath.rss``, ``fastpath.topology``: imported on first use."""
+    if name in ("pcap", "rss", "topology"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'fastpath' has no attribute {name!r}")
 __all__ = ["Batch", "ConfigError", "Dataplane", "DataplaneError", "REASONS", "REASON_NAMES", "Result", "Router", "State",
            "VERDICTS", "__version__"]

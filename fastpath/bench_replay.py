@@ -1,0 +1,301 @@
+"""End-to-end capture replay benchmark: ``python -m fastpath.bench_replay``.
+
+    python -m fastpath.bench_replay [--packets N] [--small N] [--runs R]
+        [--batch N] [--dir DIR] [--json PATH] [--no-others] [--no-rss] [--numpy-io]
+
+The capture: N (default 1M) 94-byte End frames (Ethernet + IPv6 + a
+2-segment SRH), the "End" scenario of ``fastpath/scenarios.py`` with its
+configuration (1k routes, 256 flows), written as pcapng and read once so
+that it is in the page cache.  What is timed (median of R runs, min-max):
+
+* fastpath: ``fastpath.pcap.replay`` = read the pcapng + End in the
+  datapath + write the output pcapng (one IDB per egress interface), in
+  one process; plus, on their own, the reader, the datapath and the
+  writer, per packet;
+* the same pipeline with scapy's raw pcapng reader/writer and with dpkt's
+  (``pip install dpkt``) doing the I/O, fastpath's Router in the middle,
+  on a smaller capture (``--small``, default 50k packets);
+* peak RSS of a replay of 100k and of N packets, each in a fresh process:
+  the reader and writers stream, so it does not grow with the capture.
+
+Files go to DIR (default /dev/shm when it exists, else the temp dir) and
+are removed afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import pcap as fpcap
+from .batch import Batch
+from .router import Router
+from .scenarios import SCENARIOS
+
+FIB_SIZE, FLOWS = 1000, 256
+
+
+def build_capture(path: str, n: int, batch: int = 4096):
+    """Write the End scenario's frames, n of them, to a pcapng; return the config."""
+    cfg, frames, iif = SCENARIOS["End"][1](FIB_SIZE, batch, FLOWS, np.random.default_rng(1))
+    b = Batch.from_packets(frames, linktype="ethernet", slot=256)
+    with fpcap.PcapngWriter(path, select="all") as w:
+        t0 = 1_700_000_000 * 10**9
+        for k in range(0, n, batch):
+            m = min(batch, n - k)
+            part = b[:m]
+            part.timestamp_ns = t0 + np.arange(k, k + m, dtype=np.int64) * 100
+            part.iif_names = [iif] * m
+            w.write_batch(part)
+    return cfg, iif
+
+
+def _warm(path):
+    with open(path, "rb") as f:
+        while f.read(1 << 22):
+            pass
+
+
+def _router(cfg):
+    r = Router()
+    r.configure(cfg)
+    return r
+
+
+def fastpath_replay(r, iif, src, out, batch):
+    """Replay ``src`` through the Router ``r`` (configured: not timed)."""
+    ifindex = r.interfaces[iif].ifindex
+    t0 = time.perf_counter()
+    st = fpcap.replay(r, src, output=out, batch_size=batch, iif=ifindex)
+    return time.perf_counter() - t0, st
+
+
+def fastpath_parts(cfg, iif, src, out, batch, limit):
+    """Reader alone (whole capture, batches dropped), datapath alone and
+    writer alone (on the first ``limit`` packets, held in memory)."""
+    r = _router(cfg)
+    ifindex = r.interfaces[iif].ifindex
+    t0 = time.perf_counter()
+    n = 0
+    for b in fpcap.read_batches(src, batch_size=batch, iif=ifindex):
+        n += len(b)
+    read_s = time.perf_counter() - t0
+    kept = []
+    for b in fpcap.read_batches(src, batch_size=batch, iif=ifindex):
+        kept.append(b)
+        if sum(len(x) for x in kept) >= limit:
+            break
+    nk = sum(len(b) for b in kept)
+    t0 = time.perf_counter()
+    for b in kept:
+        r.process(b)
+    proc_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with fpcap.PcapngWriter(out) as w:
+        for b in kept:
+            w.write_batch(b)
+    write_s = time.perf_counter() - t0
+    return {"read_ns": read_s / n * 1e9, "datapath_ns": proc_s / nk * 1e9,
+            "write_ns": write_s / nk * 1e9}
+
+
+def _results(r, b):
+    r.process(b)
+    v = b.verdict
+    return np.flatnonzero((v == 1) | (v == 4))
+
+
+def scapy_replay(r, iif, src, out, batch):
+    from scapy.utils import RawPcapNgReader, RawPcapNgWriter
+    ifindex = r.interfaces[iif].ifindex
+    t0 = time.perf_counter()
+    w = RawPcapNgWriter(out)
+    w.linktype = 1
+    w.write_header(None)
+    n = 0
+    pk, ts = [], []
+
+    def flush():
+        b = Batch.from_packets(pk, iif=ifindex, linktype="ethernet")
+        for i in _results(r, b):
+            t = ts[i]
+            w.write_packet(b.packet(i), sec=t // 10**9, usec=(t % 10**9) // 1000)
+        pk.clear()
+        ts.clear()
+    rd = RawPcapNgReader(src)
+    for data, meta in rd:
+        pk.append(data)
+        ts.append(((meta.tshigh << 32) | meta.tslow) * (10**9 // meta.tsresol))
+        n += 1
+        if len(pk) == batch:
+            flush()
+    if pk:
+        flush()
+    rd.close()
+    w.close()
+    return time.perf_counter() - t0, n
+
+
+def dpkt_replay(r, iif, src, out, batch):
+    import dpkt
+    ifindex = r.interfaces[iif].ifindex
+    t0 = time.perf_counter()
+    n = 0
+    with open(src, "rb") as f, open(out, "wb") as fo:
+        w = dpkt.pcapng.Writer(fo, snaplen=65535, linktype=1)
+        pk, ts = [], []
+
+        def flush():
+            b = Batch.from_packets(pk, iif=ifindex, linktype="ethernet")
+            for i in _results(r, b):
+                w.writepkt(b.packet(i), ts=ts[i])
+            pk.clear()
+            ts.clear()
+        for t, data in dpkt.pcapng.Reader(f):
+            pk.append(data)
+            ts.append(t)
+            n += 1
+            if len(pk) == batch:
+                flush()
+        if pk:
+            flush()
+    return time.perf_counter() - t0, n
+
+
+def _child(argv):
+    """--child SRC OUT CONFIG IIF BATCH: one replay, then peak RSS as JSON."""
+    src, out, cfgpath, iif, batch = argv
+    with open(cfgpath) as f:
+        cfg = f.read()
+    r = _router(cfg)
+    before = _rss_kb()
+    dt, st = fastpath_replay(r, iif, src, out, int(batch))
+    print(json.dumps({"packets": st.packets, "seconds": dt, "rss_before_kb": before,
+                      "maxrss_kb": _rss_kb("VmHWM")}))
+    return 0
+
+
+def _rss_kb(field="VmRSS"):
+    """Resident set of this process in kB: current (VmRSS) or peak (VmHWM).
+    (Not getrusage's ru_maxrss: Linux carries that over from the parent
+    across fork and exec, so a child would report the bench's own peak.)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _median(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return _child(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m fastpath.bench_replay",
+                                 description="read + End + write pcapng, end to end")
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--small", type=int, default=50_000, help="packets for scapy and dpkt")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--dir", default=None, help="where the captures go (default /dev/shm)")
+    ap.add_argument("--json", default=None, metavar="PATH")
+    ap.add_argument("--no-others", action="store_true", help="skip scapy and dpkt")
+    ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child runs")
+    ap.add_argument("--numpy-io", action="store_true",
+                    help="use the numpy fallback instead of fastpath._pcapio")
+    args = ap.parse_args(argv)
+    if args.numpy_io:
+        fpcap.use_compiled(False)
+    base = args.dir or ("/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
+                        else None)
+    d = tempfile.mkdtemp(prefix="fastpath-bench-replay-", dir=base)
+    report = {"packets": args.packets, "frame_bytes": 94, "batch": args.batch,
+              "compiled_io": fpcap._io is fpcap._cio, "dir": d,
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                          "processor": platform.processor() or platform.machine()}}
+    try:
+        src = os.path.join(d, "in.pcapng")
+        out = os.path.join(d, "out.pcapng")
+        t0 = time.perf_counter()
+        cfg, iif = build_capture(src, args.packets, args.batch)
+        _warm(src)
+        print(f"capture: {args.packets:,} End frames, {os.path.getsize(src) / 1e6:.1f} MB "
+              f"in {d} (built in {time.perf_counter() - t0:.1f} s)")
+        times = []
+        for _ in range(args.runs):
+            dt, st = fastpath_replay(_router(cfg), iif, src, out, args.batch)
+            assert st.packets == args.packets and st.verdicts.get("forward") == args.packets
+            times.append(args.packets / dt)
+        fpr = _median(times)
+        fpr["output_bytes"] = os.path.getsize(out)
+        report["fastpath"] = fpr
+        parts = fastpath_parts(cfg, iif, src, out, args.batch, min(args.packets, 200_000))
+        report["fastpath_parts_ns_per_packet"] = parts
+        print(f"fastpath  read+End+write pcapng: {fpr['median'] / 1e6:6.2f} M packets/s "
+              f"(min {fpr['min'] / 1e6:.2f}, max {fpr['max'] / 1e6:.2f}; {args.runs} runs)")
+        print("          alone: read {read_ns:.0f} ns, datapath {datapath_ns:.0f} ns, "
+              "write {write_ns:.0f} ns per packet".format(**parts))
+        if not args.no_others:
+            small = os.path.join(d, "small.pcapng")
+            build_capture(small, args.small, args.batch)
+            _warm(small)
+            runs = max(1, min(3, args.runs))
+            for name, fn in (("fastpath", fastpath_replay), ("scapy", scapy_replay),
+                             ("dpkt", dpkt_replay)):
+                try:
+                    xs = [args.small / fn(_router(cfg), iif, small, out, args.batch)[0]
+                          for _ in range(runs)]
+                except ImportError as e:
+                    report.setdefault("small", {})[name] = {"skipped": str(e)}
+                    print(f"{name:<9} skipped: {e}")
+                    continue
+                report.setdefault("small", {})[name] = _median(xs)
+                print(f"{name:<9} on {args.small:,} packets: {statistics.median(xs) / 1e6:8.3f} "
+                      f"M packets/s")
+        if not args.no_rss:
+            cfgpath = os.path.join(d, "routes.conf")
+            with open(cfgpath, "w") as f:
+                f.write(cfg)
+            rss = {}
+            sizes = sorted({min(100_000, args.packets), args.packets})
+            for n in sizes:
+                p = src
+                if n != args.packets:
+                    p = os.path.join(d, f"in-{n}.pcapng")
+                    build_capture(p, n, args.batch)
+                    _warm(p)
+                res = subprocess.run([sys.executable, "-m", "fastpath.bench_replay", "--child", p,
+                                      out, cfgpath, iif, str(args.batch)], capture_output=True,
+                                     text=True, check=True)
+                rss[str(n)] = json.loads(res.stdout)
+            report["peak_rss_kb"] = {k: v["maxrss_kb"] for k, v in rss.items()}
+            report["rss_before_replay_kb"] = {k: v["rss_before_kb"] for k, v in rss.items()}
+            print("peak RSS: " + ", ".join(
+                f"{int(k):,} packets {v['maxrss_kb'] / 1024:.0f} MiB (configured router "
+                f"{v['rss_before_kb'] / 1024:.0f} MiB before the replay)" for k, v in rss.items()))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
