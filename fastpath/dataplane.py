@@ -54,7 +54,7 @@ from . import _datapath
 from .batch import LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
-from .router import MODES, USE_STATS, _check_gateways, fragment_batch, load_kwargs
+from .router import MODES, USE_STATS, _check_gateways, fragment_batch, load_kwargs, prepare_batch
 from .tables import DST_DTYPE, DSTF_DEAD, PCPU_DTYPE, Tables, compile_tables
 
 __all__ = ["Dataplane", "DataplaneError"]
@@ -637,18 +637,8 @@ class Dataplane:
         segment.  A worker that dies meanwhile is reported in ``events``
         and its packets are processed again by the others."""
         self._check_open()
-        if not isinstance(batch, Batch):
-            raise TypeError(f"process() takes a fastpath.Batch, not {type(batch).__name__}")
         t = self._tables
-        if batch.iif_names is not None:
-            try:
-                batch.iif[:] = [t.ifindex[n] for n in batch.iif_names]
-            except KeyError as e:
-                raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
-            batch.iif_names = None
-        batch.ifnames = t.ifnames
-        if batch.fragments:
-            batch.fragments.clear()
+        prepare_batch(batch, t)
         todo = np.arange(len(batch))
         lt = LINKTYPES[batch.linktype]
         while len(todo):

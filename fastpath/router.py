@@ -85,18 +85,7 @@ class Router:
     # datapath
     def process(self, batch: Batch) -> Batch:
         """Run every packet of ``batch`` through the datapath, in place."""
-        if not isinstance(batch, Batch):
-            raise TypeError(f"process() takes a fastpath.Batch, not {type(batch).__name__}")
-        t = self._tables
-        if batch.iif_names is not None:
-            try:
-                batch.iif[:] = [t.ifindex[n] for n in batch.iif_names]
-            except KeyError as e:
-                raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
-            batch.iif_names = None
-        batch.ifnames = t.ifnames             # replaced, never mutated, on reconfigure
-        if batch.fragments:
-            batch.fragments.clear()
+        prepare_batch(batch, self._tables)
         nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
                                  batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
                                  LINKTYPES[batch.linktype], batch.timestamp_ns)
@@ -155,6 +144,22 @@ class Router:
         elif r.nexthops:
             desc += f" ({len(r.nexthops)} nexthops)"
         return desc
+
+
+def prepare_batch(batch, tables) -> None:
+    """Before processing: a Batch, its ingress interface names resolved to
+    ifindexes, the egress names table attached, old fragments cleared."""
+    if not isinstance(batch, Batch):
+        raise TypeError(f"process() takes a fastpath.Batch, not {type(batch).__name__}")
+    if batch.iif_names is not None:
+        try:
+            batch.iif[:] = [tables.ifindex[n] for n in batch.iif_names]
+        except KeyError as e:
+            raise ValueError(f"unknown ingress interface {e.args[0]!r}") from None
+        batch.iif_names = None
+    batch.ifnames = tables.ifnames        # replaced, never mutated, on reconfigure
+    if batch.fragments:
+        batch.fragments.clear()
 
 
 def load_kwargs(state, tables) -> dict:
