@@ -917,7 +917,11 @@ def test_read_scapy_written_captures(tmp_path, backend):
 
 
 def _run(*cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60, **kw).stdout
+    # Wireshark's tools are not ours: no AddressSanitizer preloaded into them
+    # (the CI's ASan stage sets LD_PRELOAD for the Python under test)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60, env=env,
+                          **kw).stdout
 
 
 def _comment_field():
