@@ -6,8 +6,8 @@ Groups (each compares, side by side, what a developer would weigh):
   private lines), one process, 256-packet batches, 1k-route FIB;
 * ``mode-2w-<behavior>``: the same with two worker processes at once
   (``Dataplane.bench``), where refcount's shared lines bounce;
-* ``use-stats``: lazy vs shared ``__use`` updates (End, one process, and two
-  workers);
+* ``use-stats``, ``use-stats-2w``: lazy vs shared ``__use`` updates (End, one
+  process, and two workers);
 * ``batch-size``: End with batches of 32..1024 packets;
 * ``fib-size``: End and IPv6 forwarding on 1k vs 100k-route tables;
 * ``baseline-End``: fastpath against a pure-Python scapy End on the same
@@ -71,13 +71,11 @@ def test_mode_single_process(benchmark, name, mode):
     _bench_single(benchmark, f"mode-{name}", name, mode=mode)
 
 
-@pytest.mark.parametrize("mode", ["noref", "refcount"])
-@pytest.mark.parametrize("name", ["End", "End.DX4", "End.DT4"])
-def test_two_workers(benchmark, name, mode):
+def _two_workers(benchmark, group, name, mode, use_stats="lazy"):
     cfg, pkts, iif = SCENARIOS[name][1](1000, 256, 256, np.random.default_rng(1))
-    benchmark.group = f"mode-2w-{name}"
+    benchmark.group = group
     got = []
-    with Dataplane(cfg, workers=2, mode=mode, oversubscribe=True) as dp:
+    with Dataplane(cfg, workers=2, mode=mode, use_stats=use_stats, oversubscribe=True) as dp:
         def run():
             res = dp.bench(pkts, iif, "ethernet", duration=0.2, start_delay=0.05)
             got.append(1e9 / sum(x["packets"] / x["busy_s"] for x in res))
@@ -86,6 +84,19 @@ def test_two_workers(benchmark, name, mode):
     benchmark.extra_info["ns_per_packet"] = ns
     benchmark.extra_info["mpps"] = 1e3 / ns
     benchmark.extra_info["note"] = "ns_per_packet of the two workers together"
+
+
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+@pytest.mark.parametrize("name", ["End", "End.DX4", "End.DT4"])
+def test_two_workers(benchmark, name, mode):
+    _two_workers(benchmark, f"mode-2w-{name}", name, mode)
+
+
+@pytest.mark.parametrize("use_stats", ["lazy", "shared"])
+def test_use_stats_two_workers(benchmark, use_stats):
+    """seeds/003: __use written on the shared route by every lookup of both
+    workers (shared) against counted per worker and flushed per tick (lazy)."""
+    _two_workers(benchmark, "use-stats-2w", "End", "noref", use_stats)
 
 
 @pytest.mark.parametrize("use_stats", ["lazy", "shared"])
