@@ -1226,7 +1226,7 @@ cdef int ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     if not c.fwd6:
         set_drop(p, R_FORWARDING_DISABLED)
         return -1
-    nh = dst_nexthop(c, d, mp_hash6(c, p))
+    nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
         return -1
@@ -2335,7 +2335,7 @@ cdef inline bint ip4_martian(uint32_t a) noexcept nogil:
 cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """ip_forward() after a unicast input route was found."""
     cdef uint8_t* ip4 = p.row + p.l3
-    cdef const fp_nh* nh = dst_nexthop(c, d, mp_hash4(c, p))
+    cdef const fp_nh* nh = dst_nexthop(c, d, mp_hash4(c, p) if d.nh_count > 1 else 0)
     cdef const fp_dev* odev
     cdef uint32_t mtu, check
     if nh == NULL:
@@ -2422,7 +2422,7 @@ cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_
     cdef uint8_t t
     if not c.v4_full_rpcheck:
         return not is_local_addr(c, 4, p.row + p.l3 + 12)
-    nh = dst_nexthop(c, d, mp_hash4(c, p))
+    nh = dst_nexthop(c, d, mp_hash4(c, p) if d.nh_count > 1 else 0)
     rt = fib4_lookup(c, saddr, daddr, nh.oif if nh != NULL else c.lo_ifindex)
     t = c.dsts[rt].type
     return not (t == RTN_LOCAL or t == RTN_BROADCAST or t == RTN_MULTICAST or t == RTN_ANYCAST)
