@@ -286,8 +286,9 @@ def _fmt(r):
 def _table(name, rows, args):
     desc = f"{name}: {SCENARIOS[name][0]}" if name in SCENARIOS else name
     what = f"throughput at {args.pdr:g} loss" if args.pdr is not None else "maximum throughput"
+    fib = f"config {args.config}" if args.pcap else f"FIB {args.fib_size} routes"
     lines = [f"{desc}", f"{what}, Mpps, median (min-max) of {args.runs} run(s) x {args.duration:g} s, "
-             f"FIB {args.fib_size} routes, batch {args.batch}, use stats {args.use_stats}"]
+             f"{fib}, batch {args.batch}, use stats {args.use_stats}"]
     by = {(r["mode"], r["workers"]): r for r in rows}
     counts = sorted({r["workers"] for r in rows})
     modes = [m for m in ("refcount", "noref") if any(r["mode"] == m for r in rows)]

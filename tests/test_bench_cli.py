@@ -85,3 +85,23 @@ def test_default_worker_counts():
     assert bench._worker_counts(None, 40, False) == [1, 2, 4, 8, 16, 32, 40]
     assert bench._worker_counts("all", 3, False) == [1, 2, 3]
     assert bench._worker_counts("4,1", 2, True) == [1, 4]
+
+
+def test_pcap_traffic(tmp_path):
+    import numpy as np
+    import fastpath.pcap as fp
+    from fastpath.scenarios import SCENARIOS
+    cfg, pkts, _ = SCENARIOS["End.DX4"][1](16, 64, 8, np.random.default_rng(1))
+    (tmp_path / "r.conf").write_text(cfg)
+    with fp.PcapngWriter(tmp_path / "t.pcapng") as w:
+        w.write_packets(pkts, interface="eth0", linktype="ethernet")
+    js = tmp_path / "p.json"
+    rc, out, err = run(*FAST, "--pcap", str(tmp_path / "t.pcapng"), "--config", str(tmp_path / "r.conf"),
+                       "--workers", "1", "--no-attribution", "--json", str(js))
+    assert rc == 0, err
+    assert "pcap:t.pcapng" in out and f"config {tmp_path / 'r.conf'}" in out
+    res = json.loads(js.read_text())["results"]
+    assert {r["mode"] for r in res} == {"refcount", "noref"}
+    assert all(r["verdicts"][1] == 64 for r in res)      # the capture's 64 packets forwarded
+    rc, out, err = run(*FAST, "--pcap", str(tmp_path / "missing.pcap"), "--config", str(tmp_path / "r.conf"))
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
