@@ -168,7 +168,9 @@ def test_churn_while_forwarding(mode):
 
 def test_a_killed_worker_does_not_stop_the_others():
     cfg, pkts, iif = scenario("End.DX4")
-    with Dataplane(cfg, workers=2, mode="refcount") as dp:
+    # timeout: a grace period that waited for the dead worker would raise
+    # DataplaneError (an RCU stall) instead of completing
+    with Dataplane(cfg, workers=2, mode="refcount", timeout=20) as dp:
         out = {}
         th = threading.Thread(target=lambda: out.setdefault(
             "res", dp.bench(pkts, iif, "ethernet", duration=1.5, start_delay=0.1)))
@@ -176,10 +178,7 @@ def test_a_killed_worker_does_not_stop_the_others():
         time.sleep(0.6)
         victim = dp.worker_pids()[1]
         os.kill(victim, signal.SIGKILL)
-        # grace periods still complete; the control plane does not deadlock
-        t0 = time.monotonic()
         dp.configure("ip route replace 198.18.0.0/15 via 10.0.2.3 dev eth1")
-        assert time.monotonic() - t0 < 10
         th.join()
         res = out["res"]
         assert [r["worker"] for r in res] == [0] and res[0]["packets"] > 0
