@@ -256,3 +256,15 @@ def test_set_mode_switches_between_runs():
         assert all(o == outs[0] for o in outs)
         with pytest.raises(ValueError):
             dp.set_mode("atomic")
+
+
+def test_a_worker_stuck_online_stalls_the_grace_period_with_a_clear_error():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=2, timeout=10) as dp:
+        dp._conns[0].send(("sleep", 2.0))       # online, never reaching a quiescent state
+        time.sleep(0.3)
+        with pytest.raises(fastpath.DataplaneError, match="grace period stalled: worker 0"):
+            dp.synchronize(timeout=0.5)
+        assert dp._recv(0, 10) == ("ok",)       # it comes back; the next grace period completes
+        dp.synchronize(timeout=5)
+        assert dp.counters()["workers_alive"] == 2
