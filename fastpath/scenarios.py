@@ -122,6 +122,23 @@ def _behaviour_scenario(action: str):
     return build
 
 
+def _end_fib_scenario(n_routes: int, batch: int, flows: int, rng):
+    """End whose next segments are random addresses in the FIB's /48 routes
+    (one per flow): with ``--fib-size 220000 --flows 4096 --batch 4096`` the
+    second lookup walks a large table at random, past the route cache."""
+    lines = _srv6_base(n_routes)
+    sid = "fc00:1::100"
+    lines.append(f"ip -6 route add {sid}/128 encap seg6local action End dev eth0")
+    picks = rng.integers(0, max(n_routes, 1), flows)
+    hosts = rng.integers(1, 1 << 32, flows)
+    pkts = []
+    for i in range(batch):
+        f = i % flows
+        nxt = ipaddress.IPv6Address((0x2400_0000 << 96) | (int(picks[f]) << 80) | int(hosts[f]))
+        pkts.append(_eth(_end_packet(sid, str(nxt))))
+    return "\n".join(lines), pkts, "eth0"
+
+
 def _udp6(src: str, dst: str, n: int = 32, hlim: int = 64) -> bytes:
     """IPv6/UDP with ``n`` bytes of payload (checksum left 0)."""
     return bytes([0x60, 0, 0, 0, 0, 8 + n, 17, hlim]) + ipaddress.IPv6Address(src).packed + \
@@ -198,6 +215,7 @@ SCENARIOS = {
     "End.DT4": ("End.DT4 (vrftable 100), 82-byte frames", _behaviour_scenario("End.DT4")),
     "End.DX6": ("End.DX6, IPv6-in-IPv6 frames", _behaviour_scenario("End.DX6")),
     "End.DT6": ("End.DT6 (table main), IPv6-in-IPv6 frames", _behaviour_scenario("End.DT6")),
+    "End-fib": ("End, next segments at random in the FIB's routes, 94-byte frames", _end_fib_scenario),
     "H.Encaps-1": ("H.Encaps, 1 SID, 94-byte IPv6 frames", _headend_scenario("encap", 1)),
     "H.Encaps-2": ("H.Encaps, 2 SIDs, 94-byte IPv6 frames", _headend_scenario("encap", 2)),
     "H.Encaps-4": ("H.Encaps, 4 SIDs, 94-byte IPv6 frames", _headend_scenario("encap", 4)),
