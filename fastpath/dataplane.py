@@ -404,6 +404,7 @@ class Dataplane:
         self.timeout = timeout
         self.events = []                  # what happened to workers (deaths, with what was in flight)
         self._segments = {}               # name -> SharedMemory we created
+        self._io_views = {}               # io segment name -> its array views
         self._closed = False
         self._procs, self._conns = [], []
         self._dead = set()
@@ -623,13 +624,14 @@ class Dataplane:
         return w
 
     def _io(self, w, cap, slot):
+        """Worker ``w``'s io segment for ``cap`` slots of ``slot`` bytes, and
+        its array views (made once per segment)."""
         name = f"{self.prefix}io{w}_{cap}_{slot}"
-        if name not in self._segments:
+        views = self._io_views.get(name)
+        if views is None:
             layout, size = _io_layout(cap, slot)
-            shm = self._create(name, size)
-            self._segments[name] = shm
-        layout, _ = _io_layout(cap, slot)
-        return name, _views(self._segments[name].buf, layout)
+            views = self._io_views[name] = _views(self._create(name, size).buf, layout)
+        return name, views
 
     def process(self, batch: Batch, chunk: int = 256) -> Batch:
         """Process a batch across the workers, in place, in order: each
@@ -805,6 +807,7 @@ class Dataplane:
             c.close()
         self._ctl = self._dsts = self._dst_words = None
         self._pcpu = []
+        self._io_views = {}
         for name in list(self._segments):
             self._unlink(name)
 
