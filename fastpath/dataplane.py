@@ -722,6 +722,7 @@ class Dataplane:
                 "routes": routes,
                 "hold_fail": sum(r["hold_fail"] for r in res.values()),
                 "gen_violations": sum(r["gen_violations"] for r in res.values()),
+                "fast_packets": sum(r["fast_packets"] for r in res.values()),
                 "workers_alive": len(ws), "events": list(self.events)}
 
     def set_mode(self, mode: str, use_stats: str | None = None):

@@ -119,6 +119,17 @@ class Router:
     def reset_counters(self):
         self._dp.reset_counters()
 
+    @property
+    def fast(self) -> bool:
+        """Whether packets try the compiled fast path first (the default).
+        It gives the same results as the general path; ``r.fast = False``
+        sends every packet through the general path (a baseline)."""
+        return self._dp.fast
+
+    @fast.setter
+    def fast(self, on: bool):
+        self._dp.fast = bool(on)
+
     def routes(self):
         """The installed FIB entries: [(family, table, prefix, type, dst id)]."""
         out = []

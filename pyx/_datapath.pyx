@@ -200,6 +200,8 @@ cdef struct ctx_t:
     uint64_t hold_fail            # references refused: the entry was being freed
     bint check_gen                # verify each packet's route generation at its end
     uint64_t gen_violations       # packets whose route was freed/reused under them
+    bint fast                     # try the fast path (fast6) before the general one
+    uint64_t fast_packets         # packets the fast path took to the end
 
 
 cdef struct pkt_t:
@@ -379,22 +381,29 @@ cdef inline bint rule_match(const fp_rule* r, const uint8_t* saddr, const uint8_
 
 cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
                                  uint32_t iif, uint32_t* nmiss) noexcept nogil:
-    """fib6_rule_lookup(), through the per-worker route cache.
+    """fib6_rule_lookup() (fib6_cached), then the found route's use
+    statistics (dst_use)."""
+    cdef uint32_t rt = fib6_cached(c, daddr, saddr, iif, nmiss)
+    dst_use(c, rt)
+    return rt
+
+
+cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                                 uint32_t iif, uint32_t* nmiss) noexcept nogil:
+    """fib6_rule_lookup(), through the per-worker route cache, leaving the
+    route's statistics alone.
 
     While no IPv6 rule selects on source address or ingress interface, the
     result depends on the destination alone, so it is cached by destination
     (two-way set associative; a new table generation empties it).  The cache changes
     how fast, never what: a hit returns what the walk returned, and how many
     tables missed on the way (``nmiss``: each miss is a hold and a release
-    of ip6_null_entry in refcount mode).  Traces walk the rules every time.
-    Every lookup that finds a route updates its use statistics."""
+    of ip6_null_entry in refcount mode).  Traces walk the rules every time."""
     cdef uint64_t a, b, h
     cdef rcache_t* e
     cdef uint32_t rt, v
     if not c.rcache_on or c.trace != NULL:
-        rt = fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
-        dst_use(c, rt)
-        return rt
+        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
     memcpy(&a, daddr, 8)
     memcpy(&b, daddr + 8, 8)
     h = a * 0x9E3779B97F4A7C15ULL
@@ -414,10 +423,8 @@ cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* 
         memcpy(e[0].daddr, daddr, 16)
         e[0].dst = v
         e[0].gen = c.rcache_gen
-    rt = v & 0xFFFFFF
     nmiss[0] = v >> 24
-    dst_use(c, rt)
-    return rt
+    return v & 0xFFFFFF
 
 
 cdef inline void dst_use(ctx_t* c, uint32_t rt) noexcept nogil:
@@ -2593,6 +2600,160 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
     p.l2len = l2
 
 
+# ---------------------------------------------------------------------------
+# the fast path: the common IPv6 cases in one straight pass
+# ---------------------------------------------------------------------------
+#
+# As VPP's per-node fast paths, or DPDK's l3fwd next to a full stack: the
+# packets most traffic is made of (IPv6 forwarded to a unicast route; End
+# and End.X without flavors, SRH without TLVs, forwarded) are handled here
+# with a fraction of the general path's work.  The fast path changes how
+# fast, never what.  It decides nothing on its own: it only recognises a
+# case whose every step the general path would take, and does those steps,
+# with the same results and the same side effects (use statistics,
+# references, counters).  Anything else -- an ICMP error due, a drop, a
+# hop-by-hop header, TLVs, flavors, HMAC required, a local route, nested
+# SIDs, tracing -- returns False with the packet and every counter as they
+# were, and the general path takes it from the start.
+# tests/test_fastpath.py holds the two paths to the same bytes, verdicts,
+# reasons, counters and statistics over random and mutated packets.
+
+cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
+                                       const fp_dst* d) noexcept nogil:
+    """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
+    packet leaves by when all of them pass, else NULL (the general path
+    then makes the error, or the drop)."""
+    cdef const fp_nh* nh
+    cdef const fp_dev* odev
+    cdef uint32_t mtu
+    if not c.fwd6 or ip6[7] <= 1 or (d.mtu != 0 and <uint32_t>p.l3len > d.mtu):
+        return NULL
+    nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
+    if nh == NULL:
+        return NULL
+    odev = dev_get(c, nh.oif)
+    if odev == NULL or not (odev.flags & DEVF_UP):
+        return NULL
+    # (multicast and loopback sources never reach the fast path)
+    if nh.oif != p.iif and (in6_is_zero(ip6 + 8) or in6_is_linklocal(ip6 + 8)):
+        return NULL
+    mtu = odev.mtu if odev.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
+    if <uint32_t>p.l3len > mtu:
+        return NULL
+    return nh
+
+
+cdef inline void fast_out6(pkt_t* p, uint8_t* ip6, const fp_nh* nh,
+                           const uint8_t* known) noexcept nogil:
+    """ip6_forward()'s end: hop limit, verdict, nexthop."""
+    ip6[7] -= 1
+    p.verdict = V_FORWARD
+    p.reason = R_NONE
+    p.oif = nh.oif
+    if nh.flags & NHF_GATEWAY:
+        memcpy(p.nexthop, nh.gw, 16)
+    elif known != NULL:
+        memcpy(p.nexthop, known, 16)
+    else:
+        memcpy(p.nexthop, ip6 + 24, 16)
+
+
+cdef bint fast_end(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* d,
+                   const fp_s6l* s) noexcept nogil:
+    """End, or End.X without oif, without flavors: input_action_end(_x) ->
+    seg6_lookup_any_nexthop -> ip6_forward, for an SRH first after the IPv6
+    header, with SL > 0 and no TLVs (seg6_validate_srh then reduces to its
+    length checks; no HMAC TLV, so only seg6_require_hmac > 0 fails it)."""
+    cdef uint8_t* srh = ip6 + IP6_HLEN
+    cdef int32_t srhlen
+    cdef uint32_t sl, rt2, nmiss
+    cdef const fp_dst* d2
+    cdef const fp_nh* nh
+    cdef const uint8_t* known = s.nh6 if s.action == S6_END_X else NULL
+    cdef uint8_t old[16]
+    if ip6[6] != NEXTHDR_ROUTING or p.l3len < IP6_HLEN + 8:
+        return False
+    srhlen = (<int32_t>srh[1] + 1) << 3
+    sl = srh[3]
+    if (srh[2] != 4 or sl == 0 or sl > <uint32_t>srh[4] + 1
+            or srhlen != 8 + ((<int32_t>srh[4] + 1) << 4) or IP6_HLEN + srhlen > p.l3len):
+        return False
+    if dev_get(c, p.iif).seg6_require_hmac > 0:
+        return False
+    # advance (undone below if the general path must take the packet)
+    memcpy(old, ip6 + 24, 16)
+    srh[3] = <uint8_t>(sl - 1)
+    memcpy(ip6 + 24, srh + 8 + ((sl - 1) << 4), 16)
+    rt2 = fib6_cached(c, known if known != NULL else ip6 + 24, ip6 + 8, p.iif, &nmiss)
+    d2 = &c.dsts[rt2]
+    nh = NULL
+    if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
+        nh = fast_nexthop6(c, p, ip6, d2)
+    if nh != NULL and c.refmode != MODE_NOREF:
+        # seg6_lookup_any_nexthop without RT6_LOOKUP_F_DST_NOREF
+        if dst_hold_pkt(c, p, rt2):
+            null_hold_put(c, nmiss)
+        else:
+            nh = NULL
+    if nh == NULL:
+        srh[3] = <uint8_t>sl
+        memcpy(ip6 + 24, old, 16)
+        return False
+    dst_use(c, rt)
+    dst_use(c, rt2)
+    fast_out6(p, ip6, nh, known)
+    p.dst = rt2
+    p.depth = 1
+    if c.check_gen:
+        p.chk_dst = rt2
+        p.chk_gen = d2.gen
+    if s.count and c.s6l_counters != NULL:
+        c.s6l_counters[3 * d.encap] += 1
+        c.s6l_counters[3 * d.encap + 1] += <uint32_t>p.l3len
+    return True
+
+
+cdef bint fast6(ctx_t* c, pkt_t* p) noexcept nogil:
+    """ip6_rcv_core() and ip6_route_input() for a packet the fast path can
+    take to the end (see above): True when it did, False when the general
+    path must run (nothing has been changed)."""
+    cdef uint8_t* ip6 = p.row + p.l3
+    cdef int32_t len0 = p.l3len
+    cdef uint32_t plen, rt, nmiss
+    cdef const fp_dst* d
+    cdef const fp_s6l* s
+    cdef const fp_nh* nh
+    if len0 < IP6_HLEN or ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
+        return False
+    if in6_is_loopback(ip6 + 8) or in6_is_loopback(ip6 + 24):
+        return False
+    plen = rd16(ip6 + 4)
+    if plen == 0 or plen + IP6_HLEN > <uint32_t>len0:
+        return False
+    rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+    d = &c.dsts[rt]
+    if d.type != RTN_UNICAST or (d.flags & DSTF_DEAD):
+        return False
+    p.l3len = plen + IP6_HLEN               # pskb_trim_rcsum
+    if d.encap_type == ENCAP_NONE:
+        nh = fast_nexthop6(c, p, ip6, d)
+        if nh != NULL:
+            dst_use(c, rt)
+            fast_out6(p, ip6, nh, NULL)
+            p.dst = rt
+            if c.check_gen:
+                p.chk_dst = rt
+                p.chk_gen = d.gen
+            return True
+    elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
+        s = &c.s6l[d.encap]
+        if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
+            if fast_end(c, p, ip6, rt, d, s):
+                return True
+    p.l3len = len0
+    return False
+
+
 cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
     """The packet's path, then the release of the reference it holds (the
     skb leaving: transmitted or freed)."""
@@ -2635,7 +2796,10 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
         if (p.row[p.l3] >> 4) != 6:
             set_drop(p, R_NOT_IP)
             return
-        ip6_input(c, p)
+        if c.fast and c.trace == NULL and fast6(c, p):
+            c.fast_packets += 1
+        else:
+            ip6_input(c, p)
     else:
         if (p.row[p.l3] >> 4) != 4:
             set_drop(p, R_NOT_IP)
@@ -2801,6 +2965,7 @@ cdef class Datapath:
         memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
         self.c.reason_count = self.reasons
         self.c.rcache = self.rcache_buf
+        self.c.fast = True
         self.peers = np.zeros(sizeof(peer_t) << PEER_BITS, dtype=np.uint8)
         self.c.peers = <peer_t*>cnp.PyArray_DATA(self.peers)
         self.refs = []
@@ -2968,6 +3133,17 @@ cdef class Datapath:
         return ("noref", "refcount", "refcount-private")[self.c.refmode]
 
     @property
+    def fast(self):
+        """Whether packets try the fast path first (True by default).  The
+        results are the same either way; False runs every packet through
+        the general path (the tests' reference, and the bench's baseline)."""
+        return bool(self.c.fast)
+
+    @fast.setter
+    def fast(self, bint on):
+        self.c.fast = on
+
+    @property
     def use_stats(self):
         return "lazy" if self.c.use_mode == USE_LAZY else "shared"
 
@@ -2976,8 +3152,10 @@ cdef class Datapath:
         return self.pcpu
 
     def cache_counters(self):
-        """References refused (entry being freed) and generation violations."""
-        return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations}
+        """References refused (entry being freed), generation violations,
+        and the packets the fast path took (the rest took the general path)."""
+        return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations,
+                "fast_packets": self.c.fast_packets}
 
     cdef int _batch(self, bat_t* b, object data, object start, object length, object l2len,
                     object iif, object oif, object nexthop, object verdict, object reason,

@@ -1,0 +1,210 @@
+"""The fast path against the general path.
+
+The fast path (``fast6`` in pyx/_datapath.pyx) takes the common IPv6 cases
+(forwarding to a unicast route; End and End.X without flavors) in one pass
+and hands everything else to the general path untouched.  The general path
+is the reference here (it is the one checked against the kernel in
+test_kernel_*.py, which run with the fast path on as well): the same
+packets through a Router with the fast path and one without must give the
+same bytes everywhere in the batch, the same metadata, the same counters,
+the same route statistics and, in refcount mode, the same references.
+Packets are made to sit on the fast path's edges: hop limits 0-2, MTUs
++-1, segments left 0..last entry + 2, inconsistent SRH lengths, TLVs,
+sources and destinations of every kind, trailing bytes, VLAN tags.
+"""
+import ipaddress
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fastpath import Batch, Router
+from fastpath.tables import DST_DTYPE, PCPU_DTYPE
+
+CFG = """
+ip -6 addr add 2001:db8:1::1/64 dev tun0
+ip -6 addr add 2001:db8:2::1/64 dev tun1
+ip -6 addr add 2001:db8:3::1/64 dev tun2
+ip -6 addr add 2001:db8:4::1/64 dev tun3
+ip link set tun2 mtu 1400
+ip link set tun3 down
+ip -6 neigh add 2001:db8:2::2 lladdr 02:00:00:00:00:22 dev tun1
+ip -6 route add 2001:db8:99::/48 via 2001:db8:2::2 dev tun1
+ip -6 route add 2001:db8:98::/48 via 2001:db8:3::2 dev tun2
+ip -6 route add 2001:db8:97::/48 via 2001:db8:2::2 dev tun1 mtu 1300
+ip -6 route add 2001:db8:96::/48 via 2001:db8:4::2 dev tun3
+ip -6 route add 2001:db8:95::/48 nexthop via 2001:db8:2::2 dev tun1 nexthop via 2001:db8:3::2 dev tun2
+ip -6 route add 2001:db8:94::/48 dev tun1
+ip -6 route add blackhole 2001:db8:a::/48
+ip -6 route add unreachable 2001:db8:b::/48
+ip -6 route add fc00::e/128 encap seg6local action End count dev tun0
+ip -6 route add fc00::f/128 encap seg6local action End dev tun0
+ip -6 route add fc00::a/128 encap seg6local action End flavors psp dev tun0
+ip -6 route add fc00::10/128 encap seg6local action End.X nh6 2001:db8:2::2 count dev tun0
+ip -6 route add fc00::11/128 encap seg6local action End.X nh6 2001:db8:2::3 oif tun1 dev tun0
+ip -6 route add fc00::12/128 encap seg6local action End.X nh6 2001:db8:94::7 dev tun0
+ip -6 route add fc00::13/128 encap seg6local action End.DX6 nh6 :: dev tun0
+ip -6 route add fc00::14/128 encap seg6local action End.T table 254 dev tun0
+ip -6 route add fc00::1d/128 encap seg6 mode encap segs fc00::e,2001:db8:99::1 dev tun1
+sysctl -w net.ipv6.conf.tun1.seg6_require_hmac=1
+sysctl -w net.ipv6.conf.tun2.seg6_require_hmac=-1
+"""
+
+SRC = ["2001:db8:1::2"] * 12 + ["::", "fe80::1", "::1", "ff02::1",
+       "2001:db8:2::9", "::ffff:10.0.0.1"]
+DST = ["fc00::e", "fc00::f", "fc00::10", "fc00::12", "fc00::a", "fc00::11", "fc00::13", "fc00::14",
+       "2001:db8:99::1", "2001:db8:98::1", "2001:db8:97::1", "2001:db8:96::1", "2001:db8:95::1",
+       "2001:db8:95::2", "2001:db8:94::5", "2001:db8:a::1", "2001:db8:b::1", "2001:db8:1::1",
+       "2001:db8:77::1", "ff02::1", "ff0e::1", "::1", "::", "fc00::1d"]
+SEGS = ["2001:db8:99::1", "2001:db8:98::1", "2001:db8:97::1", "2001:db8:96::1", "2001:db8:95::3",
+        "2001:db8:94::5", "fc00::f", "fc00::e", "2001:db8:1::1", "2001:db8:77::1", "2001:db8:a::1",
+        "::", "fe80::2", "ff02::2", "fc00::1d"]
+MAC = bytes.fromhex("020000000001020000000002")
+
+
+def _a(s):
+    return ipaddress.IPv6Address(s).packed
+
+
+def make_packet(rng, ethernet=True):
+    """An IPv6 packet near the fast path's cases, with random defects."""
+    pick = lambda xs: xs[int(rng.integers(len(xs)))]
+    nh = 43 if rng.random() < 0.75 else pick([17, 0, 59, 60, 43])
+    hlim = pick([64] * 8 + [0, 1, 2, 255])
+    body = b""
+    if nh == 43:
+        n = int(rng.integers(1, 5))
+        le = n - 1 if rng.random() < 0.85 else int(rng.integers(0, 6))
+        hdrlen = 2 * n if rng.random() < 0.85 else int(rng.integers(0, 12))
+        sl = int(rng.integers(0, n + 2)) if rng.random() < 0.2 else int(rng.integers(1, n + 1))
+        rtype = 4 if rng.random() < 0.95 else pick([0, 2, 3])
+        srh = bytearray([pick([59, 17, 41]), hdrlen, rtype, sl, le, 0, 0, 0])
+        for _ in range(n):
+            srh += _a(pick(SEGS))
+        if rng.random() < 0.1:           # TLVs: PadN, or an HMAC TLV
+            if rng.random() < 0.5:
+                srh += bytes([4, 6]) + bytes(6)
+            else:
+                srh += bytes([5, 38, 0, 0, 0, 0, 0, 7]) + bytes(32)
+                srh[5] = 8
+            srh[1] = (len(srh) >> 3) - 1 if rng.random() < 0.9 else srh[1]
+        body = bytes(srh)
+    body += bytes(int(rng.integers(0, 40))) if rng.random() < 0.9 else bytes(int(rng.integers(1250, 1400)))
+    plen = len(body)
+    r = rng.random()
+    if r < 0.05:
+        plen = 0
+    elif r < 0.1:
+        plen = len(body) + int(rng.integers(1, 9))
+    elif r < 0.15:
+        plen = max(0, len(body) - int(rng.integers(1, 9)))
+    hdr = bytes([0x60, 0, 0, int(rng.integers(0, 256))]) + plen.to_bytes(2, "big") + bytes([nh, hlim])
+    pkt = hdr + _a(pick(SRC)) + _a(pick(DST)) + body
+    if rng.random() < 0.1:
+        pkt += bytes(int(rng.integers(1, 20)))       # trailing bytes (trimmed to the IP length)
+    if not ethernet:
+        return pkt
+    if rng.random() < 0.1:
+        return MAC + b"\x81\x00" + int(rng.integers(0, 4096)).to_bytes(2, "big") + b"\x86\xdd" + pkt
+    return MAC + b"\x86\xdd" + pkt
+
+
+def _routers(mode):
+    out = []
+    for fast in (True, False):
+        r = Router(mode=mode)
+        r.configure(CFG)
+        r.fast = fast
+        out.append(r)
+    return out
+
+
+def _stats(r):
+    """Per route: lookups counted (shared entry + this worker's unflushed
+    copy) and references held."""
+    d = r._tables.dsts.view(DST_DTYPE) if r._tables.dsts.dtype != DST_DTYPE else r._tables.dsts
+    pc = np.asarray(r._dp.pcpu_records()).view(PCPU_DTYPE).reshape(-1)
+    n = min(len(d), len(pc))
+    use = d["use"][:n].astype(np.int64) + pc["use"][:n].astype(np.int64)
+    ref = d["refcnt"][:n].astype(np.int64) + pc["refcnt"][:n].astype(np.int64)
+    return use, ref
+
+
+def _same(pkts, iifs, mode="noref", linktype="ethernet"):
+    fast, slow = _routers(mode)
+    assert fast.fast and not slow.fast
+    batches = []
+    for r in (fast, slow):
+        b = Batch.from_packets(pkts, iif=iifs, linktype=linktype)
+        r.process(b)
+        batches.append(b)
+    a, b = batches
+    for f in ("data", "start", "length", "l2len", "oif", "nexthop", "verdict", "reason", "dst"):
+        x, y = getattr(a, f), getattr(b, f)
+        if not np.array_equal(x, y):
+            bad = np.flatnonzero((x != y).reshape(len(pkts), -1).any(axis=1))
+            i = int(bad[0])
+            raise AssertionError(f"{f} differs for packet {i} (iif {iifs[i]}): {pkts[i][:120].hex()}\n"
+                                 f"fast: {a.results()[i]}\ngeneral: {b.results()[i]}")
+    assert fast.counters() == slow.counters()
+    ua, ra = _stats(fast)
+    ub, rb = _stats(slow)
+    assert np.array_equal(ua, ub), np.flatnonzero(ua != ub)
+    assert np.array_equal(ra, rb)
+    ca, cb = fast._dp.cache_counters(), slow._dp.cache_counters()
+    assert cb.pop("fast_packets") == 0
+    a.fast_packets = ca.pop("fast_packets")
+    assert ca == cb
+    return a
+
+
+IIFS = ["tun0", "tun0", "tun0", "tun1", "tun2"]
+
+
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_gives_the_general_paths_results(seed, mode):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    pkts = [make_packet(rng) for _ in range(n)]
+    iifs = [IIFS[int(k)] for k in rng.integers(0, len(IIFS), n)]
+    b = _same(pkts, iifs, mode)
+    # the campaign reaches the fast path's cases, and the general path's
+    v = b.results()
+    assert b.fast_packets > n // 8
+    assert sum(x.verdict == "forward" for x in v) > b.fast_packets
+    assert sum(x.verdict == "icmp" for x in v) > 20
+    assert sum(x.verdict == "drop" for x in v) > n // 10
+
+
+def test_fast_path_raw_link():
+    rng = np.random.default_rng(99)
+    pkts = [make_packet(rng, ethernet=False) for _ in range(2000)]
+    _same(pkts, ["tun0"] * len(pkts), linktype="raw")
+
+
+def test_fast_path_takes_its_cases():
+    """The fast path is really used (not silently always falling back):
+    its results match, and it runs where the general path would."""
+    pkt = MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") + _a("fc00::e") \
+        + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a("2001:db8:99::1") + _a("fc00::e")
+    fast, _ = _routers("noref")
+    b = Batch.from_packets([pkt] * 64, iif="tun0", linktype="ethernet")
+    fast.process(b)
+    assert {x.verdict for x in b.results()} == {"forward"}
+    assert fast.counters()["routes"]["fc00::e/128 table 254"]["packets"] == 64
+    assert fast._dp.cache_counters()["fast_packets"] == 64
+    # hop limit 1: Time Exceeded, which only the general path makes
+    b = Batch.from_packets([pkt[:21] + b"\x01" + pkt[22:]] * 4, iif="tun0", linktype="ethernet")
+    fast.process(b)
+    assert {x.verdict for x in b.results()} == {"icmp"}
+    assert fast._dp.cache_counters()["fast_packets"] == 64
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_fast_path_property(seed, n):
+    rng = np.random.default_rng(seed)
+    pkts = [make_packet(rng) for _ in range(n)]
+    iifs = [IIFS[int(k)] for k in rng.integers(0, len(IIFS), n)]
+    _same(pkts, iifs)
