@@ -33,8 +33,12 @@ cdef extern from *:
     #else
     #define FP_DEBUG_BUILD 0
     #endif
+    static const uint8_t FP_IN6_ANY[16] = {0};
+    static const uint8_t FP_IN6_LOOPBACK[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     """
     const int FP_DEBUG_BUILD
+    const uint8_t* FP_IN6_ANY           # constants, so that the compiler turns
+    const uint8_t* FP_IN6_LOOPBACK      # memcmp(a, C, 16) into two 8-byte compares
 
 # SHA-1 / SHA-256 / HMAC in C (pyx/fp_sha.h explains why fastpath has its own)
 cdef extern from "fp_sha.h":
@@ -202,6 +206,7 @@ cdef struct ctx_t:
     uint64_t gen_violations       # packets whose route was freed/reused under them
     bint fast                     # try the fast path (fast6) before the general one
     uint64_t fast_packets         # packets the fast path took to the end
+    const int32_t* nh_neigh       # per nexthop: its gateway's neighbour entry (-1: none)
 
 
 cdef struct pkt_t:
@@ -284,18 +289,10 @@ cdef inline bint eq16(const uint8_t* a, const uint8_t* b) noexcept nogil:
 
 
 cdef inline bint in6_is_zero(const uint8_t* a) noexcept nogil:
-    cdef int k
-    for k in range(16):
-        if a[k]:
-            return False
-    return True
+    return memcmp(a, FP_IN6_ANY, 16) == 0
 
 cdef inline bint in6_is_loopback(const uint8_t* a) noexcept nogil:
-    cdef int k
-    for k in range(15):
-        if a[k]:
-            return False
-    return a[15] == 1
+    return memcmp(a, FP_IN6_LOOPBACK, 16) == 0
 
 cdef inline bint in6_is_multicast(const uint8_t* a) noexcept nogil:
     return a[0] == 0xFF
@@ -2562,6 +2559,17 @@ cdef inline bint l2_parse(const ctx_t* c, pkt_t* p) noexcept nogil:
     return True
 
 
+cdef inline const uint8_t* neigh_mac(const ctx_t* c, uint32_t oif, int family,
+                                     const uint8_t* addr) noexcept nogil:
+    """The neighbour table's MAC for ``addr`` on ``oif``, or NULL."""
+    cdef uint32_t k
+    for k in range(c.nneigh):
+        if (c.neighs[k].ifindex == oif and c.neighs[k].family == family
+                and (eq16(c.neighs[k].addr, addr) if family == 6 else memcmp(c.neighs[k].addr, addr, 4) == 0)):
+            return c.neighs[k].mac
+    return NULL
+
+
 cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
     """Ethernet egress: source MAC of the egress device, destination MAC from
     the neighbour table (zero when unresolved), the ingress VLAN tag kept
@@ -2571,8 +2579,7 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
     cdef bint vlan = p.has_vlan
     cdef uint16_t tci = p.vlan_tci
     cdef uint8_t* f
-    cdef uint32_t k
-    cdef int n = 16 if p.family == 6 else 4
+    cdef const uint8_t* mac
     if odev != NULL and odev.vlan_set:
         vlan = True
         tci = odev.vlan_tci
@@ -2583,12 +2590,11 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
             set_drop(p, R_NO_HEADROOM)
             return
     f = p.row + p.l3 - l2
-    memset(f, 0, 6)
-    for k in range(c.nneigh):
-        if (c.neighs[k].ifindex == p.oif and c.neighs[k].family == p.family
-                and (eq16(c.neighs[k].addr, p.nexthop) if n == 16 else memcmp(c.neighs[k].addr, p.nexthop, 4) == 0)):
-            memcpy(f, c.neighs[k].mac, 6)
-            break
+    mac = neigh_mac(c, p.oif, p.family, p.nexthop)
+    if mac != NULL:
+        memcpy(f, mac, 6)
+    else:
+        memset(f, 0, 6)
     if odev != NULL:
         memcpy(f + 6, odev.mac, 6)
     else:
@@ -2619,7 +2625,7 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
 # reasons, counters and statistics over random and mutated packets.
 
 cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
-                                       const fp_dst* d) noexcept nogil:
+                                       const fp_dst* d, const fp_dev** odev_out) noexcept nogil:
     """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
     packet leaves by when all of them pass, else NULL (the general path
     then makes the error, or the drop)."""
@@ -2629,7 +2635,7 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
     if not c.fwd6 or ip6[7] <= 1 or (d.mtu != 0 and <uint32_t>p.l3len > d.mtu):
         return NULL
     nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
-    if nh == NULL:
+    if nh == NULL or ((nh.flags & NHF_GATEWAY) and nh.family != 6):
         return NULL
     odev = dev_get(c, nh.oif)
     if odev == NULL or not (odev.flags & DEVF_UP):
@@ -2640,26 +2646,61 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
     mtu = odev.mtu if odev.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
     if <uint32_t>p.l3len > mtu:
         return NULL
+    # the Ethernet header must fit in front of the packet as it is
+    if c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or odev.vlan_set) else 14):
+        return NULL
+    odev_out[0] = odev
     return nh
 
 
-cdef inline void fast_out6(pkt_t* p, uint8_t* ip6, const fp_nh* nh,
-                           const uint8_t* known) noexcept nogil:
-    """ip6_forward()'s end: hop limit, verdict, nexthop."""
+cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* nh,
+                           const fp_dev* odev, const uint8_t* known) noexcept nogil:
+    """ip6_forward()'s end (hop limit, verdict, nexthop), then the frame as
+    l2_build() makes it, the neighbour of a gateway found through the
+    nexthop's precomputed index."""
+    cdef uint8_t* f
+    cdef const uint8_t* mac = NULL
+    cdef int32_t l2
+    cdef uint16_t tci
+    cdef uint32_t k = <uint32_t>(nh - c.nhs)
     ip6[7] -= 1
     p.verdict = V_FORWARD
     p.reason = R_NONE
     p.oif = nh.oif
     if nh.flags & NHF_GATEWAY:
         memcpy(p.nexthop, nh.gw, 16)
-    elif known != NULL:
-        memcpy(p.nexthop, known, 16)
+        if c.nh_neigh[k] >= 0:
+            mac = c.neighs[c.nh_neigh[k]].mac
     else:
-        memcpy(p.nexthop, ip6 + 24, 16)
+        memcpy(p.nexthop, known if known != NULL else ip6 + 24, 16)
+        mac = neigh_mac(c, nh.oif, 6, p.nexthop)
+    if c.linktype != LINK_ETHERNET:
+        p.l2len = 0
+        p.start = p.l3
+        p.length = p.l3len
+        return
+    if odev.vlan_set or p.has_vlan:
+        tci = odev.vlan_tci if odev.vlan_set else p.vlan_tci
+        l2 = 18
+        f = p.row + p.l3 - 18
+        wr16(f + 12, 0x8100)
+        wr16(f + 14, tci)
+    else:
+        l2 = 14
+        f = p.row + p.l3 - 14
+    if mac != NULL:
+        memcpy(f, mac, 6)
+    else:
+        memset(f, 0, 6)
+    memcpy(f + 6, odev.mac, 6)
+    wr16(f + l2 - 2, 0x86DD)
+    p.l2len = <uint16_t>l2
+    p.start = p.l3 - l2
+    p.length = p.l3len + l2
 
 
-cdef bint fast_end(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* d,
-                   const fp_s6l* s) noexcept nogil:
+cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_t rt,
+                          const fp_dst* d, const fp_s6l* s) noexcept nogil:
     """End, or End.X without oif, without flavors: input_action_end(_x) ->
     seg6_lookup_any_nexthop -> ip6_forward, for an SRH first after the IPv6
     header, with SL > 0 and no TLVs (seg6_validate_srh then reduces to its
@@ -2669,26 +2710,26 @@ cdef bint fast_end(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     cdef uint32_t sl, rt2, nmiss
     cdef const fp_dst* d2
     cdef const fp_nh* nh
+    cdef const fp_dev* odev = NULL
     cdef const uint8_t* known = s.nh6 if s.action == S6_END_X else NULL
-    cdef uint8_t old[16]
-    if ip6[6] != NEXTHDR_ROUTING or p.l3len < IP6_HLEN + 8:
+    cdef uint64_t old0, old1
+    if ip6[6] != NEXTHDR_ROUTING or p.l3len < IP6_HLEN + 8 or idev.seg6_require_hmac > 0:
         return False
     srhlen = (<int32_t>srh[1] + 1) << 3
     sl = srh[3]
     if (srh[2] != 4 or sl == 0 or sl > <uint32_t>srh[4] + 1
             or srhlen != 8 + ((<int32_t>srh[4] + 1) << 4) or IP6_HLEN + srhlen > p.l3len):
         return False
-    if dev_get(c, p.iif).seg6_require_hmac > 0:
-        return False
     # advance (undone below if the general path must take the packet)
-    memcpy(old, ip6 + 24, 16)
+    memcpy(&old0, ip6 + 24, 8)
+    memcpy(&old1, ip6 + 32, 8)
     srh[3] = <uint8_t>(sl - 1)
     memcpy(ip6 + 24, srh + 8 + ((sl - 1) << 4), 16)
     rt2 = fib6_cached(c, known if known != NULL else ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d2 = &c.dsts[rt2]
     nh = NULL
     if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
-        nh = fast_nexthop6(c, p, ip6, d2)
+        nh = fast_nexthop6(c, p, ip6, d2, &odev)
     if nh != NULL and c.refmode != MODE_NOREF:
         # seg6_lookup_any_nexthop without RT6_LOOKUP_F_DST_NOREF
         if dst_hold_pkt(c, p, rt2):
@@ -2697,13 +2738,13 @@ cdef bint fast_end(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
             nh = NULL
     if nh == NULL:
         srh[3] = <uint8_t>sl
-        memcpy(ip6 + 24, old, 16)
+        memcpy(ip6 + 24, &old0, 8)
+        memcpy(ip6 + 32, &old1, 8)
         return False
     dst_use(c, rt)
     dst_use(c, rt2)
-    fast_out6(p, ip6, nh, known)
+    fast_out6(c, p, ip6, nh, odev, known)
     p.dst = rt2
-    p.depth = 1
     if c.check_gen:
         p.chk_dst = rt2
         p.chk_gen = d2.gen
@@ -2713,59 +2754,114 @@ cdef bint fast_end(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     return True
 
 
-cdef bint fast6(ctx_t* c, pkt_t* p) noexcept nogil:
-    """ip6_rcv_core() and ip6_route_input() for a packet the fast path can
-    take to the end (see above): True when it did, False when the general
-    path must run (nothing has been changed)."""
-    cdef uint8_t* ip6 = p.row + p.l3
-    cdef int32_t len0 = p.l3len
+cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
+    """process_path() for a frame the fast path can take (see above): 1 when
+    it took it to the end; 2 when it took it to its seg6local route and the
+    general behaviour did the rest (other behaviours, flavors, TLVs: the
+    steps before are the same); 0 when the general path must run from the
+    start (the packet, the tables and every counter are as they were)."""
+    cdef uint8_t* ip6
+    cdef uint8_t* f
+    cdef int32_t l2len = 0
     cdef uint32_t plen, rt, nmiss
+    cdef uint16_t et
+    cdef const fp_dev* idev
+    cdef const fp_dev* odev = NULL
     cdef const fp_dst* d
     cdef const fp_s6l* s
     cdef const fp_nh* nh
-    if len0 < IP6_HLEN or ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
-        return False
+    if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
+        return 0
+    f = p.row + p.start
+    p.has_vlan = False
+    if c.linktype == LINK_ETHERNET:
+        if p.length < 14 + IP6_HLEN:
+            return 0
+        et = rd16(f + 12)
+        l2len = 14
+        if et == 0x8100:
+            if p.length < 18 + IP6_HLEN:
+                return 0
+            p.has_vlan = True
+            p.vlan_tci = rd16(f + 14)
+            et = rd16(f + 16)
+            l2len = 18
+        if et != 0x86DD:
+            return 0
+    elif p.length < IP6_HLEN:
+        return 0
+    p.l2len = <uint16_t>l2len
+    p.l3 = p.start + l2len
+    p.l3len = p.length - l2len
+    ip6 = p.row + p.l3
+    idev = dev_get(c, p.iif)
+    if idev == NULL or not (idev.flags & DEVF_UP) or (ip6[0] >> 4) != 6:
+        return 0
+    # ip6_rcv_core(): what it refuses, and hop-by-hop options, are the
+    # general path's; so are multicast destinations
+    if ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
+        return 0
     if in6_is_loopback(ip6 + 8) or in6_is_loopback(ip6 + 24):
-        return False
+        return 0
     plen = rd16(ip6 + 4)
-    if plen == 0 or plen + IP6_HLEN > <uint32_t>len0:
-        return False
+    if plen == 0 or plen + IP6_HLEN > <uint32_t>p.l3len:
+        return 0
+    p.l3len = plen + IP6_HLEN               # pskb_trim_rcsum
+    p.family = 6
     rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d = &c.dsts[rt]
     if d.type != RTN_UNICAST or (d.flags & DSTF_DEAD):
-        return False
-    p.l3len = plen + IP6_HLEN               # pskb_trim_rcsum
+        return 0
     if d.encap_type == ENCAP_NONE:
-        nh = fast_nexthop6(c, p, ip6, d)
-        if nh != NULL:
-            dst_use(c, rt)
-            fast_out6(p, ip6, nh, NULL)
-            p.dst = rt
-            if c.check_gen:
-                p.chk_dst = rt
-                p.chk_gen = d.gen
-            return True
-    elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
+        nh = fast_nexthop6(c, p, ip6, d, &odev)
+        if nh == NULL:
+            return 0
+        dst_use(c, rt)
+        fast_out6(c, p, ip6, nh, odev, NULL)
+        p.dst = rt
+        if c.check_gen:
+            p.chk_dst = rt
+            p.chk_gen = d.gen
+        return 1
+    if d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
         s = &c.s6l[d.encap]
         if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
-            if fast_end(c, p, ip6, rt, d, s):
-                return True
-    p.l3len = len0
-    return False
+            if fast_end(c, p, idev, ip6, rt, d, s):
+                return 1
+            return 0
+        # any other behaviour: ip6_input() has nothing left to do but
+        # what it does here, and the behaviour is the general one
+        pkt_reset(p)
+        dst_use(c, rt)
+        if c.check_gen:
+            p.chk_dst = rt
+            p.chk_gen = d.gen
+        p.dst = rt
+        seg6local_input(c, p, d)
+        l2_egress(c, p)
+        return 2
+    return 0
 
 
 cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
-    """The packet's path, then the release of the reference it holds (the
-    skb leaving: transmitted or freed)."""
-    process_path(c, p)
+    """The packet's path (the fast one when it can take the packet), then
+    the release of the reference it holds (the skb leaving: transmitted or
+    freed)."""
+    p.held = -1
+    p.chk_dst = 0xFFFFFFFFu
+    cdef int taken = fast_path(c, p) if c.fast and c.trace == NULL else 0
+    if taken == 0:
+        process_path(c, p)
+    elif taken == 1:
+        c.fast_packets += 1
     if p.held >= 0:
         dst_release_pkt(c, p)
     if c.check_gen and p.chk_dst < c.ndst and c.dsts[p.chk_dst].gen != p.chk_gen:
         c.gen_violations += 1
 
 
-cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
-    cdef const fp_dev* idev
+cdef inline void pkt_reset(pkt_t* p) noexcept nogil:
+    """A packet's state before its path starts."""
     p.verdict = V_PENDING
     p.reason = R_NONE
     p.oif = 0
@@ -2777,6 +2873,25 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
     p.chk_dst = 0xFFFFFFFFu
     p.nencap = 0
     memset(p.nexthop, 0, 16)
+
+
+cdef inline void l2_egress(const ctx_t* c, pkt_t* p) noexcept nogil:
+    """The frame of a packet that leaves (forwarded, or an ICMP error)."""
+    if p.verdict == V_FORWARD or p.verdict == V_ICMP:
+        if p.l2_done:
+            p.l2len = 0
+        elif c.linktype == LINK_ETHERNET:
+            l2_build(c, p)
+        else:
+            p.l2len = 0
+        if p.verdict == V_FORWARD or p.verdict == V_ICMP:
+            p.start = p.l3 - p.l2len
+            p.length = p.l3len + p.l2len
+
+
+cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
+    cdef const fp_dev* idev
+    pkt_reset(p)
     if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
         set_drop(p, R_TRUNCATED)
         return
@@ -2796,25 +2911,13 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
         if (p.row[p.l3] >> 4) != 6:
             set_drop(p, R_NOT_IP)
             return
-        if c.fast and c.trace == NULL and fast6(c, p):
-            c.fast_packets += 1
-        else:
-            ip6_input(c, p)
+        ip6_input(c, p)
     else:
         if (p.row[p.l3] >> 4) != 4:
             set_drop(p, R_NOT_IP)
             return
         ip4_input(c, p)
-    if p.verdict == V_FORWARD or p.verdict == V_ICMP:
-        if p.l2_done:
-            p.l2len = 0
-        elif c.linktype == LINK_ETHERNET:
-            l2_build(c, p)
-        else:
-            p.l2len = 0
-        if p.verdict == V_FORWARD or p.verdict == V_ICMP:
-            p.start = p.l3 - p.l2len
-            p.length = p.l3len + p.l2len
+    l2_egress(c, p)
 
 
 cdef struct bat_t:                # a batch's arrays, as raw pointers
@@ -2929,6 +3032,20 @@ def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
         fp_atomic_fence()
 
 
+cdef void _resolve_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
+    """For each IPv6 gateway nexthop, its neighbour entry as l2_build()
+    would find it (the fast path's Ethernet header without a scan)."""
+    cdef uint32_t k, j
+    for k in range(c.nnh):
+        if not (c.nhs[k].flags & NHF_GATEWAY) or c.nhs[k].family != 6:
+            continue
+        for j in range(c.nneigh):
+            if (c.neighs[j].ifindex == c.nhs[k].oif and c.neighs[j].family == 6
+                    and eq16(c.neighs[j].addr, c.nhs[k].gw)):
+                out[k] = <int32_t>j
+                break
+
+
 cdef void _resolve_headend_sources(const ctx_t* c, fp_s6l* s6l) noexcept nogil:
     """set_tun_src() for every headend record, done once per configuration:
     its inputs (the route's tunsrc, ip sr tunsrc, the addresses, the
@@ -3003,6 +3120,10 @@ cdef class Datapath:
         self.c.naddr = len(addrs)
         self.c.neighs = <const fp_neigh*>cnp.PyArray_DATA(neighs)
         self.c.nneigh = len(neighs)
+        nh_neigh = np.full(max(len(nhs), 1), -1, dtype=np.int32)
+        _resolve_neighbours(&self.c, <int32_t*>cnp.PyArray_DATA(nh_neigh))
+        refs.append(nh_neigh)
+        self.c.nh_neigh = <const int32_t*>cnp.PyArray_DATA(nh_neigh)
         self.c.rules6 = <const fp_rule*>cnp.PyArray_DATA(rules6)
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
