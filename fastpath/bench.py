@@ -82,6 +82,9 @@ def _parser():
     ap.add_argument("--fib-size", type=int, default=1000)
     ap.add_argument("--flows", type=int, default=256)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--pool", type=int, default=0,
+                    help="packets each worker goes round, --batch at a time (default: one batch); "
+                         "e.g. --pool 65536 --flows 65536 for random destinations past the caches")
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per run")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pdr", type=float, default=None, metavar="RATIO",
@@ -102,6 +105,8 @@ def _positive(args):
                       ("--runs", args.runs), ("--ring", args.ring)):
         if val < 1:
             raise UsageError(f"{flag} must be at least 1")
+    if args.pool < 0:
+        raise UsageError("--pool must be at least 0")
     if not args.duration > 0:
         raise UsageError("--duration must be positive")
     if args.pdr is not None and not 0 < args.pdr < 1:
@@ -167,7 +172,7 @@ def _traffic(args, name):
             for k in range(len(b)):
                 s, n = int(b.start[k]), int(b.length[k])
                 frames.append(b.data[k, s:s + n].tobytes())
-            if len(frames) >= args.batch:
+            if len(frames) >= _npool(args):
                 break
         if not frames:
             raise UsageError(f"--pcap {args.pcap}: no packets")
@@ -175,11 +180,16 @@ def _traffic(args, name):
             from .config import State
             st = State().apply(cfg)
             iif = next((n for n in st.interfaces if n != "lo"), None)
-        return cfg, frames[:args.batch], iif, lt
-    cfg, frames, iif = SCENARIOS[name][1](args.fib_size, args.batch, args.flows,
+        return cfg, frames[:_npool(args)], iif, lt
+    cfg, frames, iif = SCENARIOS[name][1](args.fib_size, _npool(args), args.flows,
                                           np.random.default_rng(1))
     lt = "ethernet" if frames and frames[0][12:14] in (b"\x86\xdd", b"\x08\x00") else "raw"
     return cfg, frames, iif, lt
+
+
+def _npool(args):
+    """The packets each worker goes round: the pool, or one batch."""
+    return max(args.pool, args.batch)
 
 
 def _rate(res):
@@ -194,7 +204,7 @@ def _pdr_search(dp, frames, iif, lt, workers, args):
 
     def trial(mpps):
         res = dp.bench(frames, iif, lt, duration=args.duration, workers=workers,
-                       rate=mpps * 1e6 / n, ring=args.ring)
+                       rate=mpps * 1e6 / n, ring=args.ring, batch=args.batch)
         off = sum(r["offered"] for r in res)
         lost = sum(r["lost"] for r in res)
         return lost / off if off else 1.0
@@ -247,7 +257,8 @@ def measure(args, topo, name, counts, modes, progress, attribution=False):
                         runs[(mode, n)].append(mpps)
                         raws[(mode, n)].append({"pdr_mpps": mpps, "trials": trials})
                     else:
-                        res = dp.bench(frames, iif, lt, duration=args.duration, workers=ws)
+                        res = dp.bench(frames, iif, lt, duration=args.duration, workers=ws,
+                                       batch=args.batch)
                         runs[(mode, n)].append(_rate(res))
                         raws[(mode, n)].append({"workers": res})
                         if attribution and n == maxw:
@@ -255,7 +266,8 @@ def measure(args, topo, name, counts, modes, progress, attribution=False):
             if attribution:
                 progress.step(f"{name} refcount-private {maxw}w")
                 dp.set_mode("refcount-private")
-                res = dp.bench(frames, iif, lt, duration=args.duration, workers=list(range(maxw)))
+                res = dp.bench(frames, iif, lt, duration=args.duration, workers=list(range(maxw)),
+                               batch=args.batch)
                 att_ns["refcount-private"].append(_ns_per_packet(res))
         cpus_of = list(dp.cpus)
     rows = []
@@ -288,7 +300,8 @@ def _table(name, rows, args):
     what = f"throughput at {args.pdr:g} loss" if args.pdr is not None else "maximum throughput"
     fib = f"config {args.config}" if args.pcap else f"FIB {args.fib_size} routes"
     lines = [f"{desc}", f"{what}, Mpps, median (min-max) of {args.runs} run(s) x {args.duration:g} s, "
-             f"{fib}, batch {args.batch}, use stats {args.use_stats}"]
+             f"{fib}, batch {args.batch}"
+             f"{f' (pool {_npool(args)})' if _npool(args) > args.batch else ''}, use stats {args.use_stats}"]
     by = {(r["mode"], r["workers"]): r for r in rows}
     counts = sorted({r["workers"] for r in rows})
     modes = [m for m in ("refcount", "noref") if any(r["mode"] == m for r in rows)]

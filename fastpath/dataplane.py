@@ -266,16 +266,18 @@ class _Worker:
         self.ctl[self.line + Q_BATCHES] += 1
         self.ctl[self.line + Q_PACKETS] += n
 
-    def bench(self, frames, iif, linktype, duration, start_at, rate=0.0, ring=0):
-        b = Batch.from_packets(frames, iif=iif, linktype=linktype)
-        b.iif[:] = self.ifindex[iif]
-        b.iif_names = None
+    def bench(self, frames, iif, linktype, duration, start_at, rate=0.0, ring=0, batch=0):
+        pool = Batch.from_packets(frames, iif=iif, linktype=linktype)
+        pool.iif[:] = self.ifindex[iif]
+        pool.iif_names = None
+        b = pool[:batch].copy() if 0 < batch < len(pool) else pool.copy()
         lt = LINKTYPES[linktype]
         args = (b.data, b.start, b.length, b.l2len, b.iif, b.oif, b.nexthop, b.verdict, b.reason, b.dst)
-        used = min(b.slot, int((b.start + b.length).max()) + 64)
-        saved = (b.data[:, :used].copy(), b.start.copy(), b.length.copy())
+        used = min(b.slot, int((pool.start + pool.length).max()) + 64)
+        saved = (pool.data[:, :used].copy(), pool.start.copy(), pool.length.copy())
+        del pool
         self.dp.process(*args, lt)                         # warm up: caches, page faults
-        b.data[:, :used], b.start[...], b.length[...] = saved
+        b.data[:, :used], b.start[...], b.length[...] = saved[0][:len(b)], saved[1][:len(b)], saved[2][:len(b)]
         self.dp.reset_counters()
         while time.monotonic() < start_at:
             time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
@@ -685,10 +687,14 @@ class Dataplane:
         return batch
 
     def bench(self, frames, iif: str, linktype: str = "ethernet", duration: float = 1.0,
-              workers=None, start_delay: float = 0.2, rate: float = 0.0, ring: int = 512):
+              workers=None, start_delay: float = 0.2, rate: float = 0.0, ring: int = 512,
+              batch: int = 0):
         """Benchmark traffic: every worker (or those listed) loops over its
         own copy of ``frames`` (a batch) for ``duration`` seconds, starting
-        together, reporting quiescent states between batches.  ``rate`` > 0:
+        together, reporting quiescent states between batches.  With
+        ``batch`` smaller than the frames, they are a pool that the worker
+        goes round ``batch`` packets at a time (many destinations with
+        small batches).  ``rate`` > 0:
         each worker's RX ring of ``ring`` descriptors receives ``rate``
         packets per second (see Datapath.run_loop); 0: as fast as it goes.
         Returns the per-worker results (packets, batches, busy seconds,
@@ -698,7 +704,8 @@ class Dataplane:
         if iif not in self._tables.ifindex:
             raise ValueError(f"unknown ingress interface {iif!r}")
         start_at = time.monotonic() + start_delay + 0.01 * len(ws)
-        msg = ("bench", list(frames), iif, linktype, duration, start_at, float(rate), int(ring) if rate else 0)
+        msg = ("bench", list(frames), iif, linktype, duration, start_at, float(rate),
+               int(ring) if rate else 0, int(batch))
         res = self._call(ws, [msg] * len(ws),
                          timeout=self.timeout + duration + start_delay)
         return [res[w] for w in ws if w in res]

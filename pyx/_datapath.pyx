@@ -3351,7 +3351,9 @@ cdef class Datapath:
         """Benchmark traffic: process the batch over and over for
         ``duration`` seconds without returning to Python, restoring its
         first ``used`` bytes per packet (and start/length) from the saved
-        copies before each pass, outside the timed region.  With ``qsbr``
+        copies before each pass, outside the timed region.  The saved copies
+        may hold more packets than the batch (a pool): each pass then takes
+        the next batch-full of them, round the pool.  With ``qsbr``
         (a uint64 array in shared memory: the control words of a Dataplane)
         the loop reports a quiescent state after every batch
         (``qsbr[qs_index] = qsbr[token_index]``, as rte_rcu_qsbr_quiescent)
@@ -3383,9 +3385,12 @@ cdef class Datapath:
             raise ValueError("a rate needs a ring size")
         self._batch(&b, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
                     linktype, None)
-        _check_array(saved_data, "saved_data", cnp.NPY_UINT8, 2, b.n)
-        _check_array(saved_start, "saved_start", cnp.NPY_INT32, 1, b.n)
-        _check_array(saved_length, "saved_length", cnp.NPY_INT32, 1, b.n)
+        _check_array(saved_data, "saved_data", cnp.NPY_UINT8, 2, -1)
+        cdef Py_ssize_t npool = cnp.PyArray_DIM(saved_data, 0), pos = 0, src
+        if npool < b.n:
+            raise ValueError("saved_data: fewer packets than the batch")
+        _check_array(saved_start, "saved_start", cnp.NPY_INT32, 1, npool)
+        _check_array(saved_length, "saved_length", cnp.NPY_INT32, 1, npool)
         if used < 0 or used > b.slot or used > cnp.PyArray_DIM(saved_data, 1):
             raise ValueError("used must fit the slots")
         if qsbr is not None:
@@ -3430,10 +3435,15 @@ cdef class Datapath:
                         continue
                     b.n = occ if occ < full_n else full_n
                     occ -= b.n
+                src = pos
                 for r in range(b.n):
-                    memcpy(b.base + r * b.slot, sd + r * sslot, used)
-                    b.st[r] = ss[r]
-                    b.ln[r] = sl[r]
+                    memcpy(b.base + r * b.slot, sd + src * sslot, used)
+                    b.st[r] = ss[src]
+                    b.ln[r] = sl[src]
+                    src += 1
+                    if src == npool:
+                        src = 0
+                pos = src
                 clock_gettime(CLOCK_MONOTONIC, &t0)
                 self.c.jiffies = jiffies_of(&t0)
                 if run_batch(&self.c, self.reasons, &b) < 0:
