@@ -11,7 +11,9 @@ Groups (each compares, side by side, what a developer would weigh):
 * ``batch-size``: End with batches of 32..1024 packets;
 * ``fib-size``: End and IPv6 forwarding on 1k vs 100k-route tables;
 * ``baseline-End``: fastpath against a pure-Python scapy End on the same
-  packets (the seeds' "what would Python do").
+  packets (the seeds' "what would Python do");
+* ``fast-<behavior>``: the fast path against the general path alone
+  (``Router.fast = False``), same packets, same results.
 
 pytest-benchmark's columns are per call; each benchmark records ``ns_per_packet``
 and ``mpps`` in ``extra_info`` (bench/conftest.py prints them after the run).
@@ -28,9 +30,10 @@ from fastpath.scenarios import SCENARIOS
 BEHAVIORS = ["End", "End.X", "End.T", "End.DX4", "End.DT4", "End.DX6", "End.DT6"]
 
 
-def _setup(name, mode="noref", use_stats="lazy", fib=1000, batch=256, flows=256):
+def _setup(name, mode="noref", use_stats="lazy", fib=1000, batch=256, flows=256, fast=True):
     cfg, pkts, iif = SCENARIOS[name][1](fib, batch, flows, np.random.default_rng(1))
     r = Router(mode="noref" if mode == "refcount-private" else mode, use_stats=use_stats)
+    r.fast = fast
     if mode == "refcount-private":
         r._dp.set_mode(mode, use_stats)
     r.configure(cfg)
@@ -69,6 +72,12 @@ def _bench_single(benchmark, group, name, rounds=3000, **kw):
 @pytest.mark.parametrize("name", BEHAVIORS)
 def test_mode_single_process(benchmark, name, mode):
     _bench_single(benchmark, f"mode-{name}", name, mode=mode)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "general"])
+@pytest.mark.parametrize("name", ["End", "End.X", "End.DX4", "End.DT4", "End.DT6", "ipv6-forward"])
+def test_fast_path(benchmark, name, fast):
+    _bench_single(benchmark, f"fast-{name}", name, fast=fast)
 
 
 def _two_workers(benchmark, group, name, mode, use_stats="lazy"):

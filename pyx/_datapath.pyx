@@ -22,7 +22,7 @@ cimport numpy as cnp
 import numpy as np
 
 from fp cimport *
-from lpm cimport lpm4_lookup, lpm6_lookup
+from lpm cimport lpm4_lookup, lpm6_lookup, LPM_EXT, LPM_VALUE_MASK
 
 cnp.import_array()
 
@@ -39,6 +39,9 @@ cdef extern from *:
     const int FP_DEBUG_BUILD
     const uint8_t* FP_IN6_ANY           # constants, so that the compiler turns
     const uint8_t* FP_IN6_LOOPBACK      # memcmp(a, C, 16) into two 8-byte compares
+
+cdef extern from *:
+    void fp_prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 # SHA-1 / SHA-256 / HMAC in C (pyx/fp_sha.h explains why fastpath has its own)
 cdef extern from "fp_sha.h":
@@ -207,6 +210,23 @@ cdef struct ctx_t:
     bint fast                     # try the fast path (fast6) before the general one
     uint64_t fast_packets         # packets the fast path took to the end
     const int32_t* nh_neigh       # per nexthop: its gateway's neighbour entry (-1: none)
+    uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
+    bint ahead                    # look routes up ahead (the last chunk missed the cache)
+    uint64_t ahead_chunks         # chunks whose routes were looked up ahead
+
+
+cdef struct pre_t:                # a packet's route lookups, done ahead (prelookup)
+    int32_t k1                    # offset in the slot of the first key (the DA); -1: none
+    int32_t k2                    # of the second (the next segment); -2: End.X's nh6; -1: none
+    uint32_t rt1                  # what fib6_cached() returned for them
+    uint32_t m1                   # ... and the tables that missed
+    uint32_t rt2
+    uint32_t m2
+    const uint8_t* key2           # the second key (prelookup), looked up by pre_second
+    const uint8_t* saddr
+
+
+DEF PRE_CHUNK = 64                # packets looked up ahead at a time
 
 
 cdef struct pkt_t:
@@ -235,6 +255,7 @@ cdef struct pkt_t:
     bint held_pcpu                # ... on this worker's copy (IPv6) or the shared entry
     uint32_t chk_dst              # route of the last lookup and its generation (check_gen)
     uint32_t chk_gen
+    const pre_t* pre              # this packet's lookups done ahead, or NULL
 
 
 # trace events (decoded by fastpath/trace.py, which keeps the same numbers)
@@ -385,6 +406,38 @@ cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     return rt
 
 
+cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexcept nogil:
+    """The route cache's pair of entries for a destination."""
+    cdef uint64_t a, b, h
+    memcpy(&a, daddr, 8)
+    memcpy(&b, daddr + 8, 8)
+    h = a * 0x9E3779B97F4A7C15ULL
+    h ^= (b * 0xC2B2AE3D27D4EB4FULL) >> 17 | (b * 0xC2B2AE3D27D4EB4FULL) << 47
+    h ^= h >> 29
+    h *= 0x94D049BB133111EBULL
+    # two-way set associative: the pair (2k, 2k + 1), most recent first
+    return &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
+
+
+cdef inline bint rcache_get(const ctx_t* c, const rcache_t* e, const uint8_t* daddr,
+                            uint32_t* v) noexcept nogil:
+    if e[0].gen == c.rcache_gen and eq16(e[0].daddr, daddr):
+        v[0] = e[0].dst
+        return True
+    if e[1].gen == c.rcache_gen and eq16(e[1].daddr, daddr):
+        v[0] = e[1].dst
+        return True
+    return False
+
+
+cdef inline void rcache_put(const ctx_t* c, rcache_t* e, const uint8_t* daddr, uint32_t rt,
+                            uint32_t nmiss) noexcept nogil:
+    e[1] = e[0]
+    memcpy(e[0].daddr, daddr, 16)
+    e[0].dst = (nmiss << 24) | rt
+    e[0].gen = c.rcache_gen
+
+
 cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
                                  uint32_t iif, uint32_t* nmiss) noexcept nogil:
     """fib6_rule_lookup(), through the per-worker route cache, leaving the
@@ -396,30 +449,17 @@ cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     how fast, never what: a hit returns what the walk returned, and how many
     tables missed on the way (``nmiss``: each miss is a hold and a release
     of ip6_null_entry in refcount mode).  Traces walk the rules every time."""
-    cdef uint64_t a, b, h
     cdef rcache_t* e
     cdef uint32_t rt, v
     if not c.rcache_on or c.trace != NULL:
+        c.rcache_misses += 1
         return fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
-    memcpy(&a, daddr, 8)
-    memcpy(&b, daddr + 8, 8)
-    h = a * 0x9E3779B97F4A7C15ULL
-    h ^= (b * 0xC2B2AE3D27D4EB4FULL) >> 17 | (b * 0xC2B2AE3D27D4EB4FULL) << 47
-    h ^= h >> 29
-    h *= 0x94D049BB133111EBULL
-    # two-way set associative: the pair (2k, 2k + 1), most recent first
-    e = &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
-    if e[0].gen == c.rcache_gen and eq16(e[0].daddr, daddr):
-        v = e[0].dst
-    elif e[1].gen == c.rcache_gen and eq16(e[1].daddr, daddr):
-        v = e[1].dst
-    else:
+    e = rcache_bucket(c, daddr)
+    if not rcache_get(c, e, daddr, &v):
+        c.rcache_misses += 1
         rt = fib6_walk(c, daddr, saddr, iif, &v, NULL)
+        rcache_put(c, e, daddr, rt, v)
         v = (v << 24) | rt
-        e[1] = e[0]
-        memcpy(e[0].daddr, daddr, 16)
-        e[0].dst = v
-        e[0].gen = c.rcache_gen
     nmiss[0] = v >> 24
     return v & 0xFFFFFF
 
@@ -537,6 +577,75 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
         elif r.action == FR_ACT_UNREACHABLE:
             return DST_IP6_NULL
     return DST_IP6_NULL
+
+
+cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* rt,
+                         uint32_t* nmiss) noexcept nogil:
+    """fib6_walk() for ``n`` (<= PRE_CHUNK) destinations at once, while no
+    rule selects on source or iif (the route cache's condition): rule by
+    rule, table by table and group level by group level, so that the loads
+    of different destinations are independent and overlap (DPDK's
+    lookup_bulk, level-synchronous).  Same results as fib6_walk(hold=NULL)."""
+    cdef uint32_t e[PRE_CHUNK]
+    cdef uint8_t lvl[PRE_CHUNK]
+    cdef int pend[PRE_CHUNK]
+    cdef int j, q, m
+    cdef uint32_t k, v
+    cdef bint more
+    cdef const fp_rule* r
+    cdef const uint32_t* t24
+    cdef const uint32_t* grp
+    cdef const uint8_t* a
+    for j in range(n):
+        rt[j] = 0xFFFFFFFFu
+        nmiss[j] = 0
+    for k in range(c.nrules6):
+        r = &c.rules6[k]
+        m = 0
+        for j in range(n):
+            if rt[j] == 0xFFFFFFFFu and rule_match(r, keys[j], keys[j], 0):
+                pend[m] = j
+                m += 1
+        if m == 0:
+            continue
+        if r.action == FR_ACT_TO_TBL:
+            if r.slot < 0 or <uint32_t>r.slot >= c.nlpm6:
+                continue
+            t24 = c.lpm6[r.slot].tbl24
+            grp = c.lpm6[r.slot].groups
+            for q in range(m):
+                a = keys[pend[q]]
+                e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
+                lvl[q] = 3
+            more = True
+            while more:
+                more = False
+                for q in range(m):
+                    if e[q] & LPM_EXT:
+                        if lvl[q] >= 16:         # deeper than 128 bits: corrupt table
+                            e[q] = 0
+                            continue
+                        e[q] = grp[(<size_t>(e[q] & LPM_VALUE_MASK) << 8) | keys[pend[q]][lvl[q]]]
+                        lvl[q] += 1
+                        more = True
+            for q in range(m):
+                j = pend[q]
+                v = e[q] & LPM_VALUE_MASK
+                if v == 0 or v >= c.ndst or c.dsts[v].type == RTN_THROW:
+                    if nmiss[j] < 255:
+                        nmiss[j] += 1
+                else:
+                    rt[j] = v
+        else:
+            v = (DST_IP6_BLACKHOLE if r.action == FR_ACT_BLACKHOLE else
+                 DST_IP6_PROHIBIT if r.action == FR_ACT_PROHIBIT else
+                 DST_IP6_NULL if r.action == FR_ACT_UNREACHABLE else 0xFFFFFFFFu)
+            if v != 0xFFFFFFFFu:
+                for q in range(m):
+                    rt[pend[q]] = v
+    for j in range(n):
+        if rt[j] == 0xFFFFFFFFu:
+            rt[j] = DST_IP6_NULL
 
 
 cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
@@ -2725,7 +2834,11 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     memcpy(&old1, ip6 + 32, 8)
     srh[3] = <uint8_t>(sl - 1)
     memcpy(ip6 + 24, srh + 8 + ((sl - 1) << 4), 16)
-    rt2 = fib6_cached(c, known if known != NULL else ip6 + 24, ip6 + 8, p.iif, &nmiss)
+    if p.pre != NULL and p.pre.k2 == (-2 if known != NULL else p.l3 + <int32_t>(IP6_HLEN + 8 + ((sl - 1) << 4))):
+        rt2 = p.pre.rt2
+        nmiss = p.pre.m2
+    else:
+        rt2 = fib6_cached(c, known if known != NULL else ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d2 = &c.dsts[rt2]
     nh = NULL
     if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
@@ -2752,6 +2865,114 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         c.s6l_counters[3 * d.encap] += 1
         c.s6l_counters[3 * d.encap + 1] += <uint32_t>p.l3len
     return True
+
+
+cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length, uint32_t iif,
+                    pre_t* e) noexcept nogil:
+    """The route lookups the fast path will make for a packet, made ahead
+    for a chunk of packets at a time in a short loop (as rte_lpm6's bulk
+    lookup, or VPP's dual/quad loops), so that the memory accesses of
+    several packets' lookups overlap instead of following one another;
+    the entries they lead to are prefetched.  Lookups change nothing but
+    the route cache, and nothing changes the packets or the tables before
+    the fast path reaches them; it uses a result only for the same key at
+    the same offset, and looks up itself otherwise."""
+    cdef const uint8_t* ip6
+    cdef const uint8_t* srh
+    cdef int32_t l2 = 0, l3len
+    cdef uint32_t sl
+    cdef const fp_dst* d
+    cdef const fp_s6l* s
+    e.k1 = -1
+    e.k2 = -1
+    if start < 0 or length < 0 or start + length > c.slot:
+        return
+    if c.linktype == LINK_ETHERNET:
+        if length < 14 + IP6_HLEN:
+            return
+        if row[start + 12] == 0x81 and row[start + 13] == 0x00:
+            if length < 18 + IP6_HLEN or row[start + 16] != 0x86 or row[start + 17] != 0xDD:
+                return
+            l2 = 18
+        elif row[start + 12] != 0x86 or row[start + 13] != 0xDD:
+            return
+        else:
+            l2 = 14
+    elif length < IP6_HLEN:
+        return
+    ip6 = row + start + l2
+    l3len = length - l2
+    if (ip6[0] >> 4) != 6 or ip6[24] == 0xFF:
+        return
+    e.k1 = start + l2 + 24
+    e.rt1 = fib6_cached(c, ip6 + 24, ip6 + 8, iif, &e.m1)
+    d = &c.dsts[e.rt1]
+    if d.type != RTN_UNICAST:
+        return
+    if d.encap_type == ENCAP_NONE:
+        if e.rt1 < c.npcpu:
+            fp_prefetch(&c.pcpu[e.rt1])
+        return
+    if d.encap_type != ENCAP_SEG6LOCAL or d.encap >= c.ns6l:
+        return
+    s = &c.s6l[d.encap]
+    if s.flavors or not (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
+        return
+    e.saddr = ip6 + 8
+    if s.action == S6_END_X:
+        e.k2 = -2
+        e.key2 = s.nh6
+    else:
+        srh = ip6 + IP6_HLEN
+        if ip6[6] != NEXTHDR_ROUTING or l3len < IP6_HLEN + 8 or srh[2] != 4:
+            return
+        sl = srh[3]
+        if sl == 0 or sl > <uint32_t>srh[4] + 1 or IP6_HLEN + 8 + (<int32_t>sl << 4) > l3len:
+            return
+        e.k2 = start + l2 + IP6_HLEN + 8 + <int32_t>((sl - 1) << 4)
+        e.key2 = srh + 8 + ((sl - 1) << 4)
+
+
+cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept nogil:
+    """The second lookups of a chunk (End's next segment, End.X's nexthop):
+    route cache first, then the misses together (fib6_walk_bulk), and the
+    entries found prefetched for the fast path."""
+    cdef const uint8_t* keys[PRE_CHUNK]
+    cdef int idx[PRE_CHUNK]
+    cdef uint32_t rts[PRE_CHUNK]
+    cdef uint32_t nms[PRE_CHUNK]
+    cdef int j, m = 0
+    cdef uint32_t v, rt
+    for j in range(n):
+        if pre[j].k2 == -1:
+            continue
+        if not c.rcache_on:
+            c.rcache_misses += 1
+            pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL)
+        elif rcache_get(c, rcache_bucket(c, pre[j].key2), pre[j].key2, &v):
+            pre[j].rt2 = v & 0xFFFFFF
+            pre[j].m2 = v >> 24
+        else:
+            keys[m] = pre[j].key2
+            idx[m] = j
+            m += 1
+            continue
+        rt = pre[j].rt2
+        fp_prefetch(&c.dsts[rt])
+        if rt < c.npcpu:
+            fp_prefetch(&c.pcpu[rt])
+    if m == 0:
+        return
+    c.rcache_misses += <uint64_t>m
+    fib6_walk_bulk(c, keys, m, rts, nms)
+    for j in range(m):
+        rt = rts[j]
+        pre[idx[j]].rt2 = rt
+        pre[idx[j]].m2 = nms[j]
+        rcache_put(c, rcache_bucket(c, keys[j]), keys[j], rt, nms[j])
+        fp_prefetch(&c.dsts[rt])
+        if rt < c.npcpu:
+            fp_prefetch(&c.pcpu[rt])
 
 
 cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
@@ -2808,7 +3029,12 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
         return 0
     p.l3len = plen + IP6_HLEN               # pskb_trim_rcsum
     p.family = 6
-    rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+    if p.pre != NULL and p.pre.k1 == p.l3 + 24:
+        rt = p.pre.rt1
+        nmiss = p.pre.m1
+    else:
+        p.pre = NULL
+        rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d = &c.dsts[rt]
     if d.type != RTN_UNICAST or (d.flags & DSTF_DEAD):
         return 0
@@ -2956,13 +3182,32 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     """Every packet of the batch through process_one, results written back
     to the metadata arrays.  Returns the packets left for the IPv4
     fragmenter, or -1 when the debug build could not allocate."""
-    cdef Py_ssize_t i, nfrag = 0
+    cdef Py_ssize_t i, j, nfrag = 0
     cdef pkt_t p
     cdef int32_t slot = b.slot, exact
     cdef uint8_t* buf
+    cdef pre_t pre[PRE_CHUNK]
+    cdef bint ahead = False
+    cdef uint64_t misses = c.rcache_misses
     c.slot = slot
     c.linktype = b.linktype
     for i in range(b.n):
+        if i % PRE_CHUNK == 0:
+            # Lookups ahead pay when they miss the route cache (random
+            # destinations, large tables): their memory accesses then
+            # overlap.  When the cache holds the destinations they only
+            # add work, so a chunk looks ahead only if the last one missed
+            # (one miss in eight packets or more).
+            if i > 0:
+                c.ahead = (c.rcache_misses - misses) * 8 >= PRE_CHUNK
+            misses = c.rcache_misses
+            ahead = c.ahead and c.fast and c.trace == NULL
+            if ahead:
+                c.ahead_chunks += 1
+                for j in range(i, min(i + PRE_CHUNK, b.n)):
+                    prelookup(c, b.base + j * slot, b.st[j], b.ln[j], b.ii[j], &pre[j - i])
+                pre_second(c, pre, <int>(min(i + PRE_CHUNK, b.n) - i), b.ii + i)
+        p.pre = &pre[i % PRE_CHUNK] if ahead else NULL
         p.row = b.base + i * slot
         p.ts = b.tsp[i] if b.tsp != NULL else 0
         p.start = b.st[i]
@@ -2999,6 +3244,8 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             reasons[p.reason] += 1
         if p.reason == R_FRAGMENTED:
             nfrag += 1
+    if b.n > 0:
+        c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(b.n - (b.n - 1) // PRE_CHUNK * PRE_CHUNK)
     return nfrag
 
 
@@ -3274,9 +3521,12 @@ cdef class Datapath:
 
     def cache_counters(self):
         """References refused (entry being freed), generation violations,
-        and the packets the fast path took (the rest took the general path)."""
+        the packets the fast path took (the rest took the general path), the
+        IPv6 route cache's misses, and the chunks of packets whose routes
+        were looked up ahead."""
         return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations,
-                "fast_packets": self.c.fast_packets}
+                "fast_packets": self.c.fast_packets, "rcache_misses": self.c.rcache_misses,
+                "ahead_chunks": self.c.ahead_chunks}
 
     cdef int _batch(self, bat_t* b, object data, object start, object length, object l2len,
                     object iif, object oif, object nexthop, object verdict, object reason,

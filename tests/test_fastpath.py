@@ -37,6 +37,8 @@ ip -6 route add 2001:db8:95::/48 nexthop via 2001:db8:2::2 dev tun1 nexthop via 
 ip -6 route add 2001:db8:94::/48 dev tun1
 ip -6 route add blackhole 2001:db8:a::/48
 ip -6 route add unreachable 2001:db8:b::/48
+ip -6 route add throw 2001:db8:77::/48
+ip -6 route add 2001:db8:77::/48 via 2001:db8:3::2 dev tun2 table 253
 ip -6 route add fc00::e/128 encap seg6local action End count dev tun0
 ip -6 route add fc00::f/128 encap seg6local action End dev tun0
 ip -6 route add fc00::a/128 encap seg6local action End flavors psp dev tun0
@@ -59,7 +61,7 @@ sysctl -w net.ipv6.conf.tun1.seg6_require_hmac=1
 sysctl -w net.ipv6.conf.tun2.seg6_require_hmac=-1
 """
 
-SRC = ["2001:db8:1::2"] * 12 + ["::", "fe80::1", "::1", "ff02::1",
+SRC = ["2001:db8:1::2"] * 10 + ["2001:db8:2::5"] * 2 + ["::", "fe80::1", "::1", "ff02::1",
        "2001:db8:2::9", "::ffff:10.0.0.1"]
 DST = ["fc00::e", "fc00::f", "fc00::10", "fc00::12", "fc00::a", "fc00::11", "fc00::13", "fc00::14",
        "fc00::15", "fc00::16", "fc00::17", "fc00::18", "fc00::19",
@@ -95,7 +97,7 @@ def inner_packet(rng, family):
     return bytes([0x60, 0, 0, 0, 0, 8, 17, ttl]) + _a(pick(SRC)) + _a(pick(SEGS)) + bytes(8)
 
 
-def make_packet(rng, ethernet=True):
+def make_packet(rng, ethernet=True, p_random=0.4, dsts=DST):
     """An IPv6 packet near the fast path's cases, with random defects."""
     pick = lambda xs: xs[int(rng.integers(len(xs)))]
     nh = 43 if rng.random() < 0.6 else pick([17, 0, 59, 60, 43, 4, 4, 41, 41])
@@ -109,7 +111,12 @@ def make_packet(rng, ethernet=True):
         rtype = 4 if rng.random() < 0.95 else pick([0, 2, 3])
         srh = bytearray([pick([59, 17, 41]), hdrlen, rtype, sl, le, 0, 0, 0])
         for _ in range(n):
-            srh += _a(pick(SEGS))
+            if rng.random() < p_random:
+                # a destination of its own: route cache misses, lookups ahead
+                srh += _a(pick(["2001:db8:99::", "2001:db8:95::", "2001:db8:77::"])) [:6] + \
+                    rng.integers(0, 256, 10, dtype=np.uint8).tobytes()
+            else:
+                srh += _a(pick(SEGS))
         if rng.random() < 0.1:           # TLVs: PadN, or an HMAC TLV
             if rng.random() < 0.5:
                 srh += bytes([4, 6]) + bytes(6)
@@ -132,7 +139,7 @@ def make_packet(rng, ethernet=True):
     elif r < 0.15:
         plen = max(0, len(body) - int(rng.integers(1, 9)))
     hdr = bytes([0x60, 0, 0, int(rng.integers(0, 256))]) + plen.to_bytes(2, "big") + bytes([nh, hlim])
-    pkt = hdr + _a(pick(SRC)) + _a(pick(DST)) + body
+    pkt = hdr + _a(pick(SRC)) + _a(pick(dsts)) + body
     if rng.random() < 0.1:
         pkt += bytes(int(rng.integers(1, 20)))       # trailing bytes (trimmed to the IP length)
     if not ethernet:
@@ -142,11 +149,17 @@ def make_packet(rng, ethernet=True):
     return MAC + b"\x86\xdd" + pkt
 
 
-def _routers(mode):
+RULES = """
+ip -6 rule add from 2001:db8:2::/64 table 100 pref 100
+ip -6 route add 2001:db8:99::/48 via 2001:db8:3::2 dev tun2 table 100
+"""
+
+
+def _routers(mode, extra=""):
     out = []
     for fast in (True, False):
         r = Router(mode=mode)
-        r.configure(CFG)
+        r.configure(CFG + extra)
         r.fast = fast
         out.append(r)
     return out
@@ -163,8 +176,8 @@ def _stats(r):
     return use, ref
 
 
-def _same(pkts, iifs, mode="noref", linktype="ethernet"):
-    fast, slow = _routers(mode)
+def _same(pkts, iifs, mode="noref", linktype="ethernet", extra=""):
+    fast, slow = _routers(mode, extra)
     assert fast.fast and not slow.fast
     batches = []
     for r in (fast, slow):
@@ -185,8 +198,10 @@ def _same(pkts, iifs, mode="noref", linktype="ethernet"):
     assert np.array_equal(ua, ub), np.flatnonzero(ua != ub)
     assert np.array_equal(ra, rb)
     ca, cb = fast._dp.cache_counters(), slow._dp.cache_counters()
-    assert cb.pop("fast_packets") == 0
+    assert cb.pop("fast_packets") == 0 and cb.pop("ahead_chunks") == 0
     a.fast_packets = ca.pop("fast_packets")
+    a.ahead_chunks = ca.pop("ahead_chunks")
+    del ca["rcache_misses"], cb["rcache_misses"]
     assert ca == cb
     return a
 
@@ -208,6 +223,28 @@ def test_fast_path_gives_the_general_paths_results(seed, mode):
     assert sum(x.verdict == "forward" for x in v) > b.fast_packets
     assert sum(x.verdict == "icmp" for x in v) > 20
     assert sum(x.verdict == "drop" for x in v) > n // 10
+
+
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+def test_lookups_ahead(mode):
+    """End and End.X towards next segments of their own (past the route
+    cache), some broken: the routes are then looked up ahead, in bulk."""
+    rng = np.random.default_rng(11)
+    pkts = [make_packet(rng, p_random=0.9, dsts=["fc00::e", "fc00::f", "fc00::10", "fc00::12",
+                                                  "2001:db8:99::1"]) for _ in range(3000)]
+    iifs = [IIFS[int(k)] for k in rng.integers(0, len(IIFS), len(pkts))]
+    b = _same(pkts, iifs, mode)
+    assert b.ahead_chunks > 20
+    assert b.fast_packets > 500
+
+
+def test_fast_path_with_source_rules():
+    """A rule on the source address: no route cache, every lookup walks the
+    rules (ahead as well), with the source of each packet."""
+    rng = np.random.default_rng(7)
+    pkts = [make_packet(rng) for _ in range(3000)]
+    iifs = [IIFS[int(k)] for k in rng.integers(0, len(IIFS), len(pkts))]
+    assert _same(pkts, iifs, extra=RULES).ahead_chunks > 5
 
 
 def test_fast_path_raw_link():
