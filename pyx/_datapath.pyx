@@ -2767,10 +2767,7 @@ cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* 
     """ip6_forward()'s end (hop limit, verdict, nexthop), then the frame as
     l2_build() makes it, the neighbour of a gateway found through the
     nexthop's precomputed index."""
-    cdef uint8_t* f
     cdef const uint8_t* mac = NULL
-    cdef int32_t l2
-    cdef uint16_t tci
     cdef uint32_t k = <uint32_t>(nh - c.nhs)
     ip6[7] -= 1
     p.verdict = V_FORWARD
@@ -2783,6 +2780,16 @@ cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* 
     else:
         memcpy(p.nexthop, known if known != NULL else ip6 + 24, 16)
         mac = neigh_mac(c, nh.oif, 6, p.nexthop)
+    fast_l2(c, p, odev, mac, 0x86DD)
+
+
+cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_dev* odev, const uint8_t* mac,
+                         uint16_t ethertype) noexcept nogil:
+    """The frame of a forwarded packet, as l2_build() makes it (room for
+    it checked beforehand)."""
+    cdef uint8_t* f
+    cdef int32_t l2
+    cdef uint16_t tci
     if c.linktype != LINK_ETHERNET:
         p.l2len = 0
         p.start = p.l3
@@ -2802,7 +2809,7 @@ cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* 
     else:
         memset(f, 0, 6)
     memcpy(f + 6, odev.mac, 6)
-    wr16(f + l2 - 2, 0x86DD)
+    wr16(f + l2 - 2, ethertype)
     p.l2len = <uint16_t>l2
     p.start = p.l3 - l2
     p.length = p.l3len + l2
@@ -2864,6 +2871,91 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     if s.count and c.s6l_counters != NULL:
         c.s6l_counters[3 * d.encap] += 1
         c.s6l_counters[3 * d.encap + 1] += <uint32_t>p.l3len
+    return True
+
+
+cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_t rt,
+                   const fp_dst* d, const fp_s6l* s) noexcept nogil:
+    """End.DX4 / End.DT4 of an IPv4 packet right after the IPv6 header (no
+    SRH, no options): decap_and_validate, ip_route_input (martians, the
+    lookup through the rules or in the vrftable, fib_validate_source) and
+    ip_forward, when the packet leaves by a unicast route unfragmented."""
+    cdef uint8_t* ip4 = ip6 + IP6_HLEN
+    cdef int32_t len0 = p.l3len
+    cdef uint32_t saddr, daddr, v, rt4, check
+    cdef const fp_dst* d4
+    cdef const fp_nh* nh
+    cdef const fp_dev* odev
+    cdef const uint8_t* mac = NULL
+    if ip6[6] != 4 or len0 < IP6_HLEN + IP4_HLEN or ip4[0] != 0x45 or ip4[8] <= 1:
+        return False
+    if not (idev.flags & DEVF_FWD4):
+        return False
+    saddr = rd32(ip4 + 12)
+    daddr = rd32(s.nh4) if s.action == S6_END_DX4 else 0
+    if daddr == 0:
+        daddr = rd32(ip4 + 16)
+    # ip_route_input_slow's martians, and the limited broadcast
+    if ((daddr >> 28) == 0xE or (saddr >> 28) == 0xE or saddr == 0xFFFFFFFFu
+            or daddr == 0xFFFFFFFFu or (saddr >> 24) == 0 or (saddr >> 24) == 127
+            or (daddr >> 24) == 0 or (daddr >> 24) == 127):
+        return False
+    if s.action == S6_END_DT4:
+        if s.slot4 < 0 or <uint32_t>s.slot4 >= c.nlpm4:
+            return False
+        v = lpm4_lookup(c.lpm4[s.slot4].tbl24, c.lpm4[s.slot4].groups, daddr)
+        rt4 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
+    else:
+        rt4 = fib4_lookup(c, daddr, saddr, p.iif)
+    d4 = &c.dsts[rt4]
+    if d4.type != RTN_UNICAST or d4.encap_type != ENCAP_NONE or (d4.flags & DSTF_DEAD):
+        return False
+    # decapsulated (undone below if the general path must take the packet)
+    p.l3 += IP6_HLEN
+    p.l3len -= IP6_HLEN
+    p.family = 4
+    nh = NULL
+    if ip4_validate_source(c, p, d4, saddr, daddr):
+        nh = dst_nexthop(c, d4, mp_hash4(c, p) if d4.nh_count > 1 else 0)
+    odev = dev_get(c, nh.oif) if nh != NULL else NULL
+    if (odev == NULL or not (odev.flags & DEVF_UP)
+            or <uint32_t>p.l3len > (d4.mtu if d4.mtu else odev.mtu)
+            or (c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or odev.vlan_set) else 14))
+            or ((nh.flags & NHF_GATEWAY) and nh.family != 4)):
+        nh = NULL
+    if nh != NULL and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt4):
+        nh = NULL                        # skb_dst_force() would fail: the general path drops
+    if nh == NULL:
+        p.l3 -= IP6_HLEN
+        p.l3len = len0
+        p.family = 6
+        return False
+    dst_use(c, rt)
+    # ip_decrease_ttl(), incremental checksum as the kernel computes it
+    check = (<uint32_t>ip4[10] << 8 | ip4[11]) + 0x0100
+    check = check + (1 if check >= 0xFFFF else 0)
+    ip4[10] = (check >> 8) & 0xFF
+    ip4[11] = check & 0xFF
+    ip4[8] -= 1
+    p.verdict = V_FORWARD
+    p.reason = R_NONE
+    p.oif = nh.oif
+    memset(p.nexthop, 0, 16)
+    if nh.flags & NHF_GATEWAY:
+        memcpy(p.nexthop, nh.gw, 4)
+        if c.nh_neigh[<uint32_t>(nh - c.nhs)] >= 0:
+            mac = c.neighs[c.nh_neigh[<uint32_t>(nh - c.nhs)]].mac
+    else:
+        memcpy(p.nexthop, ip4 + 16, 4)
+        mac = neigh_mac(c, nh.oif, 4, p.nexthop)
+    fast_l2(c, p, odev, mac, 0x0800)
+    p.dst = rt4
+    if c.check_gen:
+        p.chk_dst = rt4
+        p.chk_gen = d4.gen
+    if s.count and c.s6l_counters != NULL:
+        c.s6l_counters[3 * d.encap] += 1
+        c.s6l_counters[3 * d.encap + 1] += <uint32_t>len0
     return True
 
 
@@ -3055,6 +3147,8 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
             if fast_end(c, p, idev, ip6, rt, d, s):
                 return 1
             return 0
+        if (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
+            return 1
         # any other behaviour: ip6_input() has nothing left to do but
         # what it does here, and the behaviour is the general one
         pkt_reset(p)
@@ -3280,15 +3374,18 @@ def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
 
 
 cdef void _resolve_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
-    """For each IPv6 gateway nexthop, its neighbour entry as l2_build()
-    would find it (the fast path's Ethernet header without a scan)."""
+    """For each gateway nexthop, its neighbour entry as l2_build() would
+    find it for a packet of the gateway's family (the fast path's Ethernet
+    header without a scan)."""
     cdef uint32_t k, j
+    cdef uint8_t fam
     for k in range(c.nnh):
-        if not (c.nhs[k].flags & NHF_GATEWAY) or c.nhs[k].family != 6:
+        fam = c.nhs[k].family
+        if not (c.nhs[k].flags & NHF_GATEWAY) or (fam != 6 and fam != 4):
             continue
         for j in range(c.nneigh):
-            if (c.neighs[j].ifindex == c.nhs[k].oif and c.neighs[j].family == 6
-                    and eq16(c.neighs[j].addr, c.nhs[k].gw)):
+            if (c.neighs[j].ifindex == c.nhs[k].oif and c.neighs[j].family == fam
+                    and memcmp(c.neighs[j].addr, c.nhs[k].gw, 16 if fam == 6 else 4) == 0):
                 out[k] = <int32_t>j
                 break
 

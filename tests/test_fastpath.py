@@ -57,6 +57,13 @@ ip addr add 10.0.1.1/24 dev tun0
 ip addr add 10.0.2.1/24 dev tun1
 ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1
 ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1 table 100
+ip addr add 10.0.3.1/24 dev tun2
+ip neigh add 10.0.2.2 lladdr 02:00:00:00:00:23 dev tun1
+ip route add 198.51.100.0/24 via 10.0.2.2 dev tun1 mtu 1300
+ip route add 203.0.113.0/24 nexthop via 10.0.2.2 dev tun1 nexthop via 10.0.3.2 dev tun2
+ip route add 203.0.113.0/24 via 10.0.3.2 dev tun2 table 100
+ip route add blackhole 192.0.2.128/25 table 100
+ip route add 198.51.100.0/24 via 10.0.2.2 dev tun1 mtu 1300 table 100
 sysctl -w net.ipv6.conf.tun1.seg6_require_hmac=1
 sysctl -w net.ipv6.conf.tun2.seg6_require_hmac=-1
 """
@@ -84,16 +91,18 @@ def inner_packet(rng, family):
     ttl = pick([64] * 6 + [0, 1, 2])
     if family == 4:
         hdr = bytearray([0x45, 0, 0, 28, 0, 0, pick([0, 0x40]), 0, ttl, 17, 0, 0])
-        hdr += ipaddress.IPv4Address(pick(["10.0.1.2", "10.0.1.2", "0.0.0.0", "224.0.0.1"])).packed
+        hdr += ipaddress.IPv4Address(pick(["10.0.1.2"] * 4 + ["0.0.0.0", "224.0.0.1", "10.0.2.1",
+                                                              "127.0.0.1"])).packed
         hdr += ipaddress.IPv4Address(pick(["192.0.2.7", "192.0.2.7", "10.0.1.1", "198.51.100.1",
-                                           "255.255.255.255"])).packed
+                                           "203.0.113.5", "203.0.113.77", "10.0.2.7", "192.0.2.200",
+                                           "255.255.255.255", "10.0.3.255"])).packed
         c = sum(int.from_bytes(hdr[j:j + 2], "big") for j in range(0, 20, 2))
         while c >> 16:
             c = (c & 0xFFFF) + (c >> 16)
         hdr[10:12] = (~c & 0xFFFF).to_bytes(2, "big")
         if rng.random() < 0.05:
             hdr[0] = pick([0x44, 0x4f, 0x65])
-        return bytes(hdr) + bytes(8)
+        return bytes(hdr) + bytes(8 if rng.random() < 0.95 else int(rng.integers(1250, 1400)))
     return bytes([0x60, 0, 0, 0, 0, 8, 17, ttl]) + _a(pick(SRC)) + _a(pick(SEGS)) + bytes(8)
 
 
@@ -151,6 +160,7 @@ def make_packet(rng, ethernet=True, p_random=0.4, dsts=DST):
 
 RULES = """
 ip -6 rule add from 2001:db8:2::/64 table 100 pref 100
+ip rule add from 10.0.1.0/24 table 100 pref 100
 ip -6 route add 2001:db8:99::/48 via 2001:db8:3::2 dev tun2 table 100
 """
 
@@ -236,6 +246,38 @@ def test_lookups_ahead(mode):
     b = _same(pkts, iifs, mode)
     assert b.ahead_chunks > 20
     assert b.fast_packets > 500
+
+
+def _ipip(sid, src4, dst4, ttl, size, df):
+    hdr = bytearray([0x45, 0, 0, 0, 0, 0, 0x40 if df else 0, 0, ttl, 17, 0, 0])
+    hdr += _a("::ffff:" + src4)[12:] + _a("::ffff:" + dst4)[12:]
+    hdr[2:4] = (20 + size).to_bytes(2, "big")
+    c = sum(int.from_bytes(hdr[j:j + 2], "big") for j in range(0, 20, 2))
+    while c >> 16:
+        c = (c & 0xFFFF) + (c >> 16)
+    hdr[10:12] = (~c & 0xFFFF).to_bytes(2, "big")
+    inner = bytes(hdr) + bytes(size)
+    return MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0]) + len(inner).to_bytes(2, "big") + \
+        bytes([4, 64]) + _a("2001:db8:1::2") + _a(sid) + inner
+
+
+def test_decap_edges():
+    """End.DX4 and End.DT4 at their edges: TTL 0-2, route and device MTUs
+    +-1 with and without DF, martian and local sources, every kind of
+    route: the fast path's answer is the general path's."""
+    pkts = []
+    for sid in ("fc00::15", "fc00::16"):
+        for dst in ("192.0.2.7", "198.51.100.1", "203.0.113.5", "203.0.113.77", "10.0.2.7",
+                    "192.0.2.200", "10.0.1.1", "255.255.255.255", "224.0.0.5", "127.0.0.1"):
+            for src in ("10.0.1.2", "10.0.2.1", "0.0.0.0"):
+                for ttl in (0, 1, 2, 64):
+                    for size in (8, 1279, 1280, 1281, 1481):
+                        for df in (False, True):
+                            pkts.append(_ipip(sid, src, dst, ttl, size, df))
+    b = _same(pkts, ["tun0"] * len(pkts))
+    assert b.fast_packets > len(pkts) // 20
+    v = {x.reason for x in b.results()}
+    assert {"pkt_too_big", "hop_limit_exceeded"} <= v, v
 
 
 def test_fast_path_with_source_rules():
