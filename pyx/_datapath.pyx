@@ -1463,7 +1463,12 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
             set_drop(p, R_MULTICAST)
         return
     rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
-    d = &c.dsts[rt]
+    ip6_input_route(c, p, rt)
+
+
+cdef inline void ip6_input_route(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """ip6_input() once its route is found: the route's input function."""
+    cdef const fp_dst* d = &c.dsts[rt]
     if c.check_gen:
         p.chk_dst = rt
         p.chk_gen = d.gen
@@ -3069,10 +3074,11 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
 
 cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     """process_path() for a frame the fast path can take (see above): 1 when
-    it took it to the end; 2 when it took it to its seg6local route and the
-    general behaviour did the rest (other behaviours, flavors, TLVs: the
-    steps before are the same); 0 when the general path must run from the
-    start (the packet, the tables and every counter are as they were)."""
+    it took it to the end; 2 when it took it through the receive checks and
+    the route lookup and the general path did the rest from the route on
+    (other behaviours, flavors, TLVs, headends, errors: the steps before
+    are the same); 0 when the general path must run from the start (the
+    packet, the tables and every counter are as they were)."""
     cdef uint8_t* ip6
     cdef uint8_t* f
     cdef int32_t l2len = 0
@@ -3128,39 +3134,33 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
         p.pre = NULL
         rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
     d = &c.dsts[rt]
-    if d.type != RTN_UNICAST or (d.flags & DSTF_DEAD):
-        return 0
-    if d.encap_type == ENCAP_NONE:
-        nh = fast_nexthop6(c, p, ip6, d, &odev)
-        if nh == NULL:
-            return 0
-        dst_use(c, rt)
-        fast_out6(c, p, ip6, nh, odev, NULL)
-        p.dst = rt
-        if c.check_gen:
-            p.chk_dst = rt
-            p.chk_gen = d.gen
-        return 1
-    if d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
-        s = &c.s6l[d.encap]
-        if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
-            if fast_end(c, p, idev, ip6, rt, d, s):
+    if d.type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
+        if d.encap_type == ENCAP_NONE:
+            nh = fast_nexthop6(c, p, ip6, d, &odev)
+            if nh != NULL:
+                dst_use(c, rt)
+                fast_out6(c, p, ip6, nh, odev, NULL)
+                p.dst = rt
+                if c.check_gen:
+                    p.chk_dst = rt
+                    p.chk_gen = d.gen
                 return 1
-            return 0
-        if (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
-            return 1
-        # any other behaviour: ip6_input() has nothing left to do but
-        # what it does here, and the behaviour is the general one
-        pkt_reset(p)
-        dst_use(c, rt)
-        if c.check_gen:
-            p.chk_dst = rt
-            p.chk_gen = d.gen
-        p.dst = rt
-        seg6local_input(c, p, d)
-        l2_egress(c, p)
-        return 2
-    return 0
+        elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
+            s = &c.s6l[d.encap]
+            if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
+                if fast_end(c, p, idev, ip6, rt, d, s):
+                    return 1
+            elif (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
+                return 1
+    # Anything else (an error due, another behaviour, a headend, a local
+    # route...) takes the general path from the route on: ip6_input()'s
+    # checks before it are those above (the fast path's are stricter), and
+    # its lookup gave this route.
+    pkt_reset(p)
+    dst_use(c, rt)
+    ip6_input_route(c, p, rt)
+    l2_egress(c, p)
+    return 2
 
 
 cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
