@@ -131,18 +131,6 @@ def _views(buf, layout):
             for name, dt, shape, off in layout}
 
 
-def _advise_huge(m) -> None:
-    """Ask for transparent huge pages on a shared segment's mapping: a large
-    FIB's route entries and LPM groups, read at random, otherwise cost a TLB
-    miss per access.  The kernel grants them to shared memory only where
-    /sys/kernel/mm/transparent_hugepage/shmem_enabled allows ("advise" or
-    "always"; README); elsewhere this changes nothing."""
-    try:
-        m.madvise(mmap.MADV_HUGEPAGE)
-    except (AttributeError, OSError, ValueError):
-        pass
-
-
 class _Mapped:
     """A segment mapped by name from /dev/shm, not tracked (workers)."""
 
@@ -152,7 +140,6 @@ class _Mapped:
             self.buf = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
-        _advise_huge(self.buf)
 
 
 # ---------------------------------------------------------------------------
@@ -186,7 +173,6 @@ def _write_snapshot(name: str, t: Tables, kwargs: dict, ifindex: dict, ifnames: 
                          "ifindex": ifindex, "ifnames": ifnames})
     base = _align(8 + len(meta), 4096)
     shm = shared_memory.SharedMemory(name=name, create=True, size=max(base + off, 4096))
-    _advise_huge(getattr(shm, "_mmap", None))
     buf = shm.buf
     buf[:8] = len(meta).to_bytes(8, "little")
     buf[8:8 + len(meta)] = meta
@@ -451,7 +437,6 @@ class Dataplane:
 
     def _create(self, name, size):
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        _advise_huge(getattr(shm, "_mmap", None))
         self._segments[name] = shm
         return shm
 
