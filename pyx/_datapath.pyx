@@ -2738,6 +2738,22 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
 # tests/test_fastpath.py holds the two paths to the same bytes, verdicts,
 # reasons, counters and statistics over random and mutated packets.
 
+cdef inline void fast_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """The route the packet leaves by (and its generation, for check_gen)."""
+    p.dst = rt
+    if c.check_gen:
+        p.chk_dst = rt
+        p.chk_gen = c.dsts[rt].gen
+
+
+cdef inline void fast_count(const ctx_t* c, const fp_dst* d, const fp_s6l* s,
+                            int32_t len0) noexcept nogil:
+    """seg6local's per-route counters of a packet processed successfully."""
+    if s.count and c.s6l_counters != NULL:
+        c.s6l_counters[3 * d.encap] += 1
+        c.s6l_counters[3 * d.encap + 1] += <uint32_t>len0
+
+
 cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
                                        const fp_dst* d, const fp_dev** odev_out) noexcept nogil:
     """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
@@ -2869,13 +2885,8 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     dst_use(c, rt)
     dst_use(c, rt2)
     fast_out6(c, p, ip6, nh, odev, known)
-    p.dst = rt2
-    if c.check_gen:
-        p.chk_dst = rt2
-        p.chk_gen = d2.gen
-    if s.count and c.s6l_counters != NULL:
-        c.s6l_counters[3 * d.encap] += 1
-        c.s6l_counters[3 * d.encap + 1] += <uint32_t>p.l3len
+    fast_route(c, p, rt2)
+    fast_count(c, d, s, p.l3len)
     return True
 
 
@@ -2954,13 +2965,8 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         memcpy(p.nexthop, ip4 + 16, 4)
         mac = neigh_mac(c, nh.oif, 4, p.nexthop)
     fast_l2(c, p, odev, mac, 0x0800)
-    p.dst = rt4
-    if c.check_gen:
-        p.chk_dst = rt4
-        p.chk_gen = d4.gen
-    if s.count and c.s6l_counters != NULL:
-        c.s6l_counters[3 * d.encap] += 1
-        c.s6l_counters[3 * d.encap + 1] += <uint32_t>len0
+    fast_route(c, p, rt4)
+    fast_count(c, d, s, len0)
     return True
 
 
@@ -3140,10 +3146,7 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
             if nh != NULL:
                 dst_use(c, rt)
                 fast_out6(c, p, ip6, nh, odev, NULL)
-                p.dst = rt
-                if c.check_gen:
-                    p.chk_dst = rt
-                    p.chk_gen = d.gen
+                fast_route(c, p, rt)
                 return 1
         elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
             s = &c.s6l[d.encap]
