@@ -95,7 +95,7 @@ def replay_on_veth(out: str, d: str, expect: int) -> list:
         line = dump.stderr.readline()
         if "listening" not in line:
             raise SystemExit(f"tcpdump did not start: {line.strip()}")
-        r = sh(*ex, "tcpreplay", "-i", "va", "--pps=20000", out)   # --topspeed overruns the veth
+        r = sh(*ex, "tcpreplay", "-i", "va", "--pps=10000", out)   # --topspeed overruns the veth
         print(next((x.strip() for x in r.stdout.splitlines() if "Successful packets" in x),
                    "tcpreplay done"))
         try:
@@ -108,6 +108,12 @@ def replay_on_veth(out: str, d: str, expect: int) -> list:
         if dump is not None and dump.poll() is None:
             dump.kill()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _in_order(seen: list, sent: list) -> bool:
+    """Whether ``seen`` is ``sent`` with some frames left out."""
+    it = iter(sent)
+    return all(any(x == y for y in it) for x in seen)
 
 
 def main(argv=None) -> int:
@@ -123,18 +129,25 @@ def main(argv=None) -> int:
     os.makedirs(d, exist_ok=True)
     try:
         out, written = make_output(d, args.packets)
-        t0 = time.time()
-        wire = replay_on_veth(out, d, len(written))
-        print(f"fastpath wrote {len(written)} frames; {len(wire)} crossed the veth pair "
-              f"({time.time() - t0:.1f} s)")
-        if wire != written:
+        for attempt in range(1, 4):
+            t0 = time.time()
+            wire = replay_on_veth(out, d, len(written))
+            print(f"fastpath wrote {len(written)} frames; {len(wire)} crossed the veth pair "
+                  f"({time.time() - t0:.1f} s)")
+            if wire == written:
+                print("OK: the output capture replays byte for byte")
+                return 0
             missing = sum((Counter(written) - Counter(wire)).values())
             extra = sum((Counter(wire) - Counter(written)).values())
+            if extra == 0 and _in_order(wire, written) and attempt < 3:
+                # frames lost on the way (a busy machine: the veth's backlog
+                # or the capture), every one seen is right: replay again
+                print(f"{missing} frame(s) lost on the wire; replaying again", file=sys.stderr)
+                continue
             print(f"MISMATCH: {missing} frames written but not seen, {extra} seen but not "
                   "written (or out of order)", file=sys.stderr)
             return 1
-        print("OK: the output capture replays byte for byte")
-        return 0
+        return 1
     finally:
         if not args.keep:
             shutil.rmtree(d, ignore_errors=True)
