@@ -655,13 +655,18 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
     cdef const fp_rule* r
     cdef uint8_t s[4]
     cdef uint8_t d[16]              # 16: a trace event copies a full address
-    memset(d, 0, 16)
-    wr32(s, saddr)
-    wr32(d, daddr)
+    cdef bint as_bytes = False
     for k in range(c.nrules4):
         r = &c.rules4[k]
-        if not rule_match(r, s, d, iif):
-            continue
+        if r.has_iif or r.src_len or r.dst_len or c.trace != NULL:
+            # the addresses as bytes: for a selector, or the trace
+            if not as_bytes:
+                memset(d, 0, 16)
+                wr32(s, saddr)
+                wr32(d, daddr)
+                as_bytes = True
+            if not rule_match(r, s, d, iif):
+                continue
         tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:
             if r.slot < 0 or <uint32_t>r.slot >= c.nlpm4:
