@@ -65,6 +65,7 @@ DEF IP4_HLEN = 20
 DEF ICMP_HLEN = 8
 DEF IPV6_MIN_MTU = 1280
 DEF NEXTHDR_HOP = 0
+DEF NEXTHDR_IPV6 = 41
 DEF NEXTHDR_TCP = 6
 DEF NEXTHDR_UDP = 17
 DEF NEXTHDR_ROUTING = 43
@@ -2775,7 +2776,8 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
     odev = dev_get(c, nh.oif)
     if odev == NULL or not (odev.flags & DEVF_UP):
         return NULL
-    # (multicast and loopback sources never reach the fast path)
+    # (multicast and loopback sources were refused before: by the receive
+    # checks, or by fast_dx6 for a decapsulated packet)
     if nh.oif != p.iif and (in6_is_zero(ip6 + 8) or in6_is_linklocal(ip6 + 8)):
         return NULL
     mtu = odev.mtu if odev.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
@@ -2975,6 +2977,58 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     return True
 
 
+cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* d,
+                   const fp_s6l* s) noexcept nogil:
+    """End.DX6 / End.DT6 (table mode) of an IPv6 packet right after the outer
+    header (no SRH): decap_and_validate, seg6_lookup_any_nexthop (through
+    the rules, or in the table) and ip6_forward of the inner packet, when it
+    leaves by a unicast route."""
+    cdef uint8_t* inner = ip6 + IP6_HLEN
+    cdef int32_t len0 = p.l3len
+    cdef uint32_t rt2, nmiss = 0, v
+    cdef const fp_dst* d2
+    cdef const fp_nh* nh = NULL
+    cdef const fp_dev* odev = NULL
+    cdef const uint8_t* known = NULL
+    if ip6[6] != NEXTHDR_IPV6 or len0 < 2 * IP6_HLEN or (inner[0] >> 4) != 6:
+        return False
+    # the inner source: ip6_forward() refuses multicast and loopback ones
+    if inner[8] == 0xFF or in6_is_loopback(inner + 8):
+        return False
+    if s.action == S6_END_DX6:
+        if not in6_is_zero(s.nh6):
+            known = s.nh6
+        rt2 = fib6_cached(c, known if known != NULL else inner + 24, inner + 8, p.iif, &nmiss)
+    else:
+        if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
+            return False
+        v = lpm6_lookup(c.lpm6[s.slot6].tbl24, c.lpm6[s.slot6].groups, inner + 24)
+        rt2 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
+    d2 = &c.dsts[rt2]
+    if d2.type != RTN_UNICAST or d2.encap_type != ENCAP_NONE or (d2.flags & DSTF_DEAD):
+        return False
+    # decapsulated (undone below if the general path must take the packet)
+    p.l3 += IP6_HLEN
+    p.l3len -= IP6_HLEN
+    nh = fast_nexthop6(c, p, inner, d2, &odev)
+    if nh != NULL and c.refmode != MODE_NOREF:
+        if dst_hold_pkt(c, p, rt2):
+            if s.action == S6_END_DX6:
+                null_hold_put(c, nmiss)
+        else:
+            nh = NULL
+    if nh == NULL:
+        p.l3 -= IP6_HLEN
+        p.l3len = len0
+        return False
+    dst_use(c, rt)
+    dst_use(c, rt2)
+    fast_out6(c, p, inner, nh, odev, known)
+    fast_route(c, p, rt2)
+    fast_count(c, d, s, len0)
+    return True
+
+
 cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length, uint32_t iif,
                     pre_t* e) noexcept nogil:
     """The route lookups the fast path will make for a packet, made ahead
@@ -3159,6 +3213,8 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
                 if fast_end(c, p, idev, ip6, rt, d, s):
                     return 1
             elif (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
+                return 1
+            elif (s.action == S6_END_DX6 or s.action == S6_END_DT6) and fast_dx6(c, p, ip6, rt, d, s):
                 return 1
     # Anything else (an error due, another behaviour, a headend, a local
     # route...) takes the general path from the route on: ip6_input()'s

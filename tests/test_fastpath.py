@@ -53,6 +53,9 @@ ip -6 route add fc00::16/128 encap seg6local action End.DT4 vrftable 100 count d
 ip -6 route add fc00::17/128 encap seg6local action End.DT6 table 254 dev tun0
 ip -6 route add fc00::18/128 encap seg6local action End.B6 srh segs fc00::f,2001:db8:99::8 dev tun0
 ip -6 route add fc00::19/128 encap seg6local action End flavors next-csid dev tun0
+ip -6 route add fc00::1a/128 encap seg6local action End.DX6 nh6 2001:db8:2::2 dev tun0
+ip -6 route add fc00::1b/128 encap seg6local action End.DT6 table 100 count dev tun0
+ip -6 route add 2001:db8:98::/48 via 2001:db8:3::2 dev tun2 table 100
 ip addr add 10.0.1.1/24 dev tun0
 ip addr add 10.0.2.1/24 dev tun1
 ip route add 192.0.2.0/24 via 10.0.2.2 dev tun1
@@ -71,7 +74,7 @@ sysctl -w net.ipv6.conf.tun2.seg6_require_hmac=-1
 SRC = ["2001:db8:1::2"] * 10 + ["2001:db8:2::5"] * 2 + ["::", "fe80::1", "::1", "ff02::1",
        "2001:db8:2::9", "::ffff:10.0.0.1"]
 DST = ["fc00::e", "fc00::f", "fc00::10", "fc00::12", "fc00::a", "fc00::11", "fc00::13", "fc00::14",
-       "fc00::15", "fc00::16", "fc00::17", "fc00::18", "fc00::19",
+       "fc00::15", "fc00::16", "fc00::17", "fc00::18", "fc00::19", "fc00::1a", "fc00::1b",
        "2001:db8:99::1", "2001:db8:98::1", "2001:db8:97::1", "2001:db8:96::1", "2001:db8:95::1",
        "2001:db8:95::2", "2001:db8:94::5", "2001:db8:a::1", "2001:db8:b::1", "2001:db8:1::1",
        "2001:db8:77::1", "ff02::1", "ff0e::1", "::1", "::", "fc00::1d"]
@@ -278,6 +281,32 @@ def test_decap_edges():
     assert b.fast_packets > len(pkts) // 20
     v = {x.reason for x in b.results()}
     assert {"pkt_too_big", "hop_limit_exceeded"} <= v, v
+
+
+def _ip6ip6(sid, src, dst, hlim, size):
+    inner = bytes([0x60, 0, 0, 0]) + (8 + size).to_bytes(2, "big") + bytes([17, hlim]) + \
+        _a(src) + _a(dst) + bytes(8 + size)
+    return MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0]) + len(inner).to_bytes(2, "big") + \
+        bytes([41, 64]) + _a("2001:db8:1::2") + _a(sid) + inner
+
+
+def test_decap6_edges():
+    """End.DX6 (through the rules, to the inner destination or nh6) and
+    End.DT6 (in a table) at their edges: hop limits 0-2, MTUs +-1, inner
+    sources of every kind, every kind of route."""
+    pkts = []
+    for sid in ("fc00::13", "fc00::17", "fc00::1a", "fc00::1b"):
+        for dst in ("2001:db8:99::1", "2001:db8:98::1", "2001:db8:97::1", "2001:db8:96::1",
+                    "2001:db8:95::1", "2001:db8:94::5", "2001:db8:a::1", "2001:db8:b::1",
+                    "2001:db8:1::1", "2001:db8:77::1", "fc00::f", "ff02::1", "::1"):
+            for src in ("2001:db8:1::2", "::", "fe80::1", "ff02::1", "::1"):
+                for hlim in (0, 1, 2, 64):
+                    for size in (8, 1251, 1252, 1253, 1352, 1353, 1452, 1453):
+                        pkts.append(_ip6ip6(sid, src, dst, hlim, size))
+    b = _same(pkts, ["tun0"] * len(pkts))
+    assert b.fast_packets > 200
+    v = {x.reason for x in b.results()}
+    assert {"pkt_too_big", "hop_limit_exceeded", "saddr_invalid"} <= v, v
 
 
 def test_fast_path_with_source_rules():
