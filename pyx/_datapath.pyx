@@ -208,7 +208,7 @@ cdef struct ctx_t:
     uint64_t hold_fail            # references refused: the entry was being freed
     bint check_gen                # verify each packet's route generation at its end
     uint64_t gen_violations       # packets whose route was freed/reused under them
-    bint fast                     # try the fast path (fast6) before the general one
+    bint fast                     # try the fast path (fast_path) before the general one
     uint64_t fast_packets         # packets the fast path took to the end
     const int32_t* nh_neigh       # per nexthop: its gateway's neighbour entry (-1: none)
     uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
@@ -2732,17 +2732,19 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
 #
 # As VPP's per-node fast paths, or DPDK's l3fwd next to a full stack: the
 # packets most traffic is made of (IPv6 forwarded to a unicast route; End
-# and End.X without flavors, SRH without TLVs, forwarded) are handled here
-# with a fraction of the general path's work.  The fast path changes how
-# fast, never what.  It decides nothing on its own: it only recognises a
-# case whose every step the general path would take, and does those steps,
-# with the same results and the same side effects (use statistics,
-# references, counters).  Anything else -- an ICMP error due, a drop, a
-# hop-by-hop header, TLVs, flavors, HMAC required, a local route, nested
-# SIDs, tracing -- returns False with the packet and every counter as they
-# were, and the general path takes it from the start.
-# tests/test_fastpath.py holds the two paths to the same bytes, verdicts,
-# reasons, counters and statistics over random and mutated packets.
+# and End.X without flavors, SRH without TLVs; End.DX4/DT4/DX6/DT6 of a
+# packet right after the outer header; all forwarded) are handled here with
+# a fraction of the general path's work.  The fast path changes how fast,
+# never what.  It decides nothing on its own: it only recognises a case
+# whose every step the general path would take, and does those steps, with
+# the same results and the same side effects (use statistics, references,
+# counters).  Anything else -- an ICMP error due, a drop, a hop-by-hop
+# header, TLVs, flavors, HMAC required, headends, a local route, nested
+# SIDs -- goes to the general path with the packet and every counter as
+# they were: from the start, or from its route once looked up.  Tracing
+# always takes the general path.  tests/test_fastpath.py holds the two
+# paths to the same bytes, metadata, counters, statistics and references
+# over random packets at the fast path's edges.
 
 cdef inline void fast_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     """The route the packet leaves by (and its generation, for check_gen)."""

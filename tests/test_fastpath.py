@@ -1,7 +1,8 @@
 """The fast path against the general path.
 
-The fast path (``fast6`` in pyx/_datapath.pyx) takes the common IPv6 cases
-(forwarding to a unicast route; End and End.X without flavors) in one pass
+The fast path (``fast_path`` in pyx/_datapath.pyx) takes the common cases
+(IPv6 forwarding to a unicast route; End and End.X without flavors;
+End.DX4/DT4/DX6/DT6 of a packet right after the outer header) in one pass,
 and hands everything else to the general path untouched.  The general path
 is the reference here (it is the one checked against the kernel in
 test_kernel_*.py, which run with the fast path on as well): the same
