@@ -465,6 +465,13 @@ cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     return v & 0xFFFFFF
 
 
+cdef inline void note_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
+    """check_gen: remember the packet's route and its generation."""
+    if c.check_gen:
+        p.chk_dst = rt
+        p.chk_gen = c.dsts[rt].gen
+
+
 cdef inline void dst_use(ctx_t* c, uint32_t rt) noexcept nogil:
     """``dst.__use++; dst.lastuse = jiffies`` of ip6_pol_route: on the shared
     route every lookup (USE_SHARED, the "before" of seeds/003), or on this
@@ -1475,9 +1482,7 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
 cdef inline void ip6_input_route(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     """ip6_input() once its route is found: the route's input function."""
     cdef const fp_dst* d = &c.dsts[rt]
-    if c.check_gen:
-        p.chk_dst = rt
-        p.chk_gen = d.gen
+    note_route(c, p, rt)
     if d.type == RTN_UNICAST and d.encap_type == ENCAP_SEG6LOCAL and not (d.flags & DSTF_DEAD):
         p.dst = rt
         tr(c, T_ROUTE, rt, 6, NULL)
@@ -1903,9 +1908,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
             c.hold_fail += 1
             rt = DST_IP6_NULL
             dst_hold_pkt(c, p, rt)
-    if c.check_gen:
-        p.chk_dst = rt
-        p.chk_gen = c.dsts[rt].gen
+    note_route(c, p, rt)
     if not local_delivery and (c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST):
         if c.refmode != MODE_NOREF:
             dst_hold_pkt(c, p, DST_IP6_BLACKHOLE)
@@ -2401,6 +2404,19 @@ cdef int seg6_headend(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     return ip6_dst_input(c, p, rt2)
 
 
+cdef inline void s6l_count(const ctx_t* c, const fp_dst* d, const fp_s6l* s, int rc,
+                           int32_t len0) noexcept nogil:
+    """The kernel's SEG6_LOCAL_COUNTERS of a route configured with
+    ``count``: packets and bytes (as they arrived) of a packet processed
+    successfully (``rc`` 0), or an error."""
+    if s.count and c.s6l_counters != NULL:
+        if rc == 0:
+            c.s6l_counters[3 * d.encap] += 1
+            c.s6l_counters[3 * d.encap + 1] += <uint32_t>len0
+        else:
+            c.s6l_counters[3 * d.encap + 2] += 1
+
+
 cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """seg6_local_input_core(): the behaviour of the route, then the
     per-route counters (packets and bytes before processing, or errors)."""
@@ -2439,12 +2455,7 @@ cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     else:
         set_drop(p, R_NOT_SUPPORTED)
         rc = -1
-    if s.count and c.s6l_counters != NULL:
-        if rc == 0:
-            c.s6l_counters[3 * d.encap] += 1
-            c.s6l_counters[3 * d.encap + 1] += len0
-        else:
-            c.s6l_counters[3 * d.encap + 2] += 1
+    s6l_count(c, d, s, rc, len0)
     return rc
 
 
@@ -2456,12 +2467,21 @@ cdef inline bint ip4_martian(uint32_t a) noexcept nogil:
     return (a >> 24) == 0 or (a >> 24) == 127 or (a >> 28) == 0xE or a == 0xFFFFFFFFu
 
 
+cdef inline void ip_decrease_ttl(uint8_t* ip4) noexcept nogil:
+    """ip_decrease_ttl(): incremental checksum exactly as the kernel computes it."""
+    cdef uint32_t check = (<uint32_t>ip4[10] << 8 | ip4[11]) + 0x0100
+    check = check + (1 if check >= 0xFFFF else 0)
+    ip4[10] = (check >> 8) & 0xFF
+    ip4[11] = check & 0xFF
+    ip4[8] -= 1
+
+
 cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     """ip_forward() after a unicast input route was found."""
     cdef uint8_t* ip4 = p.row + p.l3
     cdef const fp_nh* nh = dst_nexthop(c, d, mp_hash4(c, p) if d.nh_count > 1 else 0)
     cdef const fp_dev* odev
-    cdef uint32_t mtu, check
+    cdef uint32_t mtu
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
         return -1
@@ -2481,13 +2501,7 @@ cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         # DF clear: ip_fragment() after the TTL decrement; the fragments are
         # cut by Router.process (slow path, as in the kernel)
         frag = True
-    # ip_decrease_ttl(): incremental checksum exactly as the kernel computes it
-    check = (<uint32_t>ip4[10] << 8 | ip4[11])
-    check += 0x0100
-    check = check + (1 if check >= 0xFFFF else 0)
-    ip4[10] = (check >> 8) & 0xFF
-    ip4[11] = check & 0xFF
-    ip4[8] -= 1
+    ip_decrease_ttl(ip4)
     p.verdict = V_FORWARD
     p.reason = R_FRAGMENTED if frag else R_NONE
     p.oif = nh.oif
@@ -2552,6 +2566,25 @@ cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_
     return not (t == RTN_LOCAL or t == RTN_BROADCAST or t == RTN_MULTICAST or t == RTN_ANYCAST)
 
 
+DEF IP4_LIMITED_BCAST = 0xFFFF    # ip4_route_martian: not a martian, delivered locally
+
+
+cdef inline uint16_t ip4_route_martian(uint32_t saddr, uint32_t daddr) noexcept nogil:
+    """ip_route_input_slow()'s martian checks, in its order: the drop
+    reason, IP4_LIMITED_BCAST for the limited broadcast, or 0."""
+    if (daddr >> 28) == 0xE:
+        return R_MULTICAST
+    if (saddr >> 28) == 0xE or saddr == 0xFFFFFFFFu:
+        return R_SADDR_INVALID
+    if daddr == 0xFFFFFFFFu or (saddr == 0 and daddr == 0):
+        return IP4_LIMITED_BCAST
+    if (saddr >> 24) == 0 or (saddr >> 24) == 127:
+        return R_SADDR_INVALID
+    if (daddr >> 24) == 0 or (daddr >> 24) == 127:
+        return R_DADDR_INVALID
+    return 0
+
+
 cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint ref) noexcept nogil:
     """ip_route_input(skb, daddr, saddr, ...) then dst_input(): martian
     checks, the lookup (through the rules, or in one table when ``slot`` >= 0:
@@ -2565,22 +2598,13 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
     cdef uint32_t rt, v
     cdef const fp_dst* d
     cdef const fp_dev* idev
-    # ip_route_input_slow: martians
-    if (daddr >> 28) == 0xE:
-        set_drop(p, R_MULTICAST)
-        return -1
-    if (saddr >> 28) == 0xE or saddr == 0xFFFFFFFFu:
-        set_drop(p, R_SADDR_INVALID)
-        return -1
-    if daddr == 0xFFFFFFFFu or (saddr == 0 and daddr == 0):
-        p.verdict = V_LOCAL              # limited broadcast
+    cdef uint16_t martian = ip4_route_martian(saddr, daddr)
+    if martian == IP4_LIMITED_BCAST:
+        p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0
-    if (saddr >> 24) == 0 or (saddr >> 24) == 127:
-        set_drop(p, R_SADDR_INVALID)
-        return -1
-    if (daddr >> 24) == 0 or (daddr >> 24) == 127:
-        set_drop(p, R_DADDR_INVALID)
+    if martian:
+        set_drop(p, martian)
         return -1
     if slot >= 0:
         v = lpm4_lookup(c.lpm4[slot].tbl24, c.lpm4[slot].groups, daddr) if <uint32_t>slot < c.nlpm4 else 0
@@ -2590,9 +2614,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
     p.dst = rt
     tr(c, T_ROUTE, rt, 4, NULL)
     d = &c.dsts[rt]
-    if c.check_gen:
-        p.chk_dst = rt
-        p.chk_gen = d.gen
+    note_route(c, p, rt)
     if ref and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt):
         c.hold_fail += 1
         set_drop(p, R_ROUTE_DEAD)        # skb_dst_force() found it being freed
@@ -2679,15 +2701,22 @@ cdef inline bint l2_parse(const ctx_t* c, pkt_t* p) noexcept nogil:
     return True
 
 
-cdef inline const uint8_t* neigh_mac(const ctx_t* c, uint32_t oif, int family,
-                                     const uint8_t* addr) noexcept nogil:
-    """The neighbour table's MAC for ``addr`` on ``oif``, or NULL."""
+cdef inline int32_t neigh_find(const ctx_t* c, uint32_t oif, int family,
+                               const uint8_t* addr) noexcept nogil:
+    """The neighbour table's entry for ``addr`` on ``oif``, or -1."""
     cdef uint32_t k
     for k in range(c.nneigh):
         if (c.neighs[k].ifindex == oif and c.neighs[k].family == family
                 and (eq16(c.neighs[k].addr, addr) if family == 6 else memcmp(c.neighs[k].addr, addr, 4) == 0)):
-            return c.neighs[k].mac
-    return NULL
+            return <int32_t>k
+    return -1
+
+
+cdef inline const uint8_t* neigh_mac(const ctx_t* c, uint32_t oif, int family,
+                                     const uint8_t* addr) noexcept nogil:
+    """The neighbour table's MAC for ``addr`` on ``oif``, or NULL."""
+    cdef int32_t k = neigh_find(c, oif, family, addr)
+    return c.neighs[k].mac if k >= 0 else NULL
 
 
 cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
@@ -2749,17 +2778,7 @@ cdef inline void l2_build(const ctx_t* c, pkt_t* p) noexcept nogil:
 cdef inline void fast_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     """The route the packet leaves by (and its generation, for check_gen)."""
     p.dst = rt
-    if c.check_gen:
-        p.chk_dst = rt
-        p.chk_gen = c.dsts[rt].gen
-
-
-cdef inline void fast_count(const ctx_t* c, const fp_dst* d, const fp_s6l* s,
-                            int32_t len0) noexcept nogil:
-    """seg6local's per-route counters of a packet processed successfully."""
-    if s.count and c.s6l_counters != NULL:
-        c.s6l_counters[3 * d.encap] += 1
-        c.s6l_counters[3 * d.encap + 1] += <uint32_t>len0
+    note_route(c, p, rt)
 
 
 cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
@@ -2895,8 +2914,27 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     dst_use(c, rt2)
     fast_out6(c, p, ip6, nh, odev, known)
     fast_route(c, p, rt2)
-    fast_count(c, d, s, p.l3len)
+    s6l_count(c, d, s, 0, p.l3len)
     return True
+
+
+cdef inline int32_t fast_frame6(const ctx_t* c, const uint8_t* row, int32_t start,
+                                int32_t length) noexcept nogil:
+    """The L2 header's length (0, 14, or 18 with an 802.1Q tag) of a frame
+    holding at least an IPv6 header's worth of IPv6, or -1 for anything
+    else (which the general path parses)."""
+    cdef const uint8_t* f = row + start
+    if start < 0 or length < 0 or start + length > c.slot:
+        return -1
+    if c.linktype != LINK_ETHERNET:
+        return 0 if length >= IP6_HLEN else -1
+    if length < 14 + IP6_HLEN:
+        return -1
+    if rd16(f + 12) == 0x86DD:
+        return 14
+    if rd16(f + 12) == 0x8100 and length >= 18 + IP6_HLEN and rd16(f + 16) == 0x86DD:
+        return 18
+    return -1
 
 
 cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_t rt,
@@ -2907,7 +2945,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     ip_forward, when the packet leaves by a unicast route unfragmented."""
     cdef uint8_t* ip4 = ip6 + IP6_HLEN
     cdef int32_t len0 = p.l3len
-    cdef uint32_t saddr, daddr, v, rt4, check
+    cdef uint32_t saddr, daddr, v, rt4
     cdef const fp_dst* d4
     cdef const fp_nh* nh
     cdef const fp_dev* odev
@@ -2920,10 +2958,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     daddr = rd32(s.nh4) if s.action == S6_END_DX4 else 0
     if daddr == 0:
         daddr = rd32(ip4 + 16)
-    # ip_route_input_slow's martians, and the limited broadcast
-    if ((daddr >> 28) == 0xE or (saddr >> 28) == 0xE or saddr == 0xFFFFFFFFu
-            or daddr == 0xFFFFFFFFu or (saddr >> 24) == 0 or (saddr >> 24) == 127
-            or (daddr >> 24) == 0 or (daddr >> 24) == 127):
+    if ip4_route_martian(saddr, daddr) != 0:
         return False
     if s.action == S6_END_DT4:
         if s.slot4 < 0 or <uint32_t>s.slot4 >= c.nlpm4:
@@ -2956,12 +2991,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         p.family = 6
         return False
     dst_use(c, rt)
-    # ip_decrease_ttl(), incremental checksum as the kernel computes it
-    check = (<uint32_t>ip4[10] << 8 | ip4[11]) + 0x0100
-    check = check + (1 if check >= 0xFFFF else 0)
-    ip4[10] = (check >> 8) & 0xFF
-    ip4[11] = check & 0xFF
-    ip4[8] -= 1
+    ip_decrease_ttl(ip4)
     p.verdict = V_FORWARD
     p.reason = R_NONE
     p.oif = nh.oif
@@ -2975,7 +3005,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         mac = neigh_mac(c, nh.oif, 4, p.nexthop)
     fast_l2(c, p, odev, mac, 0x0800)
     fast_route(c, p, rt4)
-    fast_count(c, d, s, len0)
+    s6l_count(c, d, s, 0, len0)
     return True
 
 
@@ -3027,7 +3057,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     dst_use(c, rt2)
     fast_out6(c, p, inner, nh, odev, known)
     fast_route(c, p, rt2)
-    fast_count(c, d, s, len0)
+    s6l_count(c, d, s, 0, len0)
     return True
 
 
@@ -3043,26 +3073,14 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
     the same offset, and looks up itself otherwise."""
     cdef const uint8_t* ip6
     cdef const uint8_t* srh
-    cdef int32_t l2 = 0, l3len
+    cdef int32_t l2, l3len
     cdef uint32_t sl
     cdef const fp_dst* d
     cdef const fp_s6l* s
     e.k1 = -1
     e.k2 = -1
-    if start < 0 or length < 0 or start + length > c.slot:
-        return
-    if c.linktype == LINK_ETHERNET:
-        if length < 14 + IP6_HLEN:
-            return
-        if row[start + 12] == 0x81 and row[start + 13] == 0x00:
-            if length < 18 + IP6_HLEN or row[start + 16] != 0x86 or row[start + 17] != 0xDD:
-                return
-            l2 = 18
-        elif row[start + 12] != 0x86 or row[start + 13] != 0xDD:
-            return
-        else:
-            l2 = 14
-    elif length < IP6_HLEN:
+    l2 = fast_frame6(c, row, start, length)
+    if l2 < 0:
         return
     ip6 = row + start + l2
     l3len = length - l2
@@ -3097,6 +3115,13 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
         e.key2 = srh + 8 + ((sl - 1) << 4)
 
 
+cdef inline void prefetch_route(const ctx_t* c, uint32_t rt) noexcept nogil:
+    """The lines the fast path will touch for route ``rt``."""
+    fp_prefetch(&c.dsts[rt])
+    if rt < c.npcpu:
+        fp_prefetch(&c.pcpu[rt])
+
+
 cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept nogil:
     """The second lookups of a chunk (End's next segment, End.X's nexthop):
     route cache first, then the misses together (fib6_walk_bulk), and the
@@ -3121,10 +3146,7 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
             idx[m] = j
             m += 1
             continue
-        rt = pre[j].rt2
-        fp_prefetch(&c.dsts[rt])
-        if rt < c.npcpu:
-            fp_prefetch(&c.pcpu[rt])
+        prefetch_route(c, pre[j].rt2)
     if m == 0:
         return
     c.rcache_misses += <uint64_t>m
@@ -3134,9 +3156,7 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
         pre[idx[j]].rt2 = rt
         pre[idx[j]].m2 = nms[j]
         rcache_put(c, rcache_bucket(c, keys[j]), keys[j], rt, nms[j])
-        fp_prefetch(&c.dsts[rt])
-        if rt < c.npcpu:
-            fp_prefetch(&c.pcpu[rt])
+        prefetch_route(c, rt)
 
 
 cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
@@ -3147,35 +3167,19 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     are the same); 0 when the general path must run from the start (the
     packet, the tables and every counter are as they were)."""
     cdef uint8_t* ip6
-    cdef uint8_t* f
-    cdef int32_t l2len = 0
+    cdef int32_t l2len
     cdef uint32_t plen, rt, nmiss
-    cdef uint16_t et
     cdef const fp_dev* idev
     cdef const fp_dev* odev = NULL
     cdef const fp_dst* d
     cdef const fp_s6l* s
     cdef const fp_nh* nh
-    if p.start < 0 or p.length < 0 or p.start + p.length > c.slot:
+    l2len = fast_frame6(c, p.row, p.start, p.length)
+    if l2len < 0:
         return 0
-    f = p.row + p.start
-    p.has_vlan = False
-    if c.linktype == LINK_ETHERNET:
-        if p.length < 14 + IP6_HLEN:
-            return 0
-        et = rd16(f + 12)
-        l2len = 14
-        if et == 0x8100:
-            if p.length < 18 + IP6_HLEN:
-                return 0
-            p.has_vlan = True
-            p.vlan_tci = rd16(f + 14)
-            et = rd16(f + 16)
-            l2len = 18
-        if et != 0x86DD:
-            return 0
-    elif p.length < IP6_HLEN:
-        return 0
+    p.has_vlan = l2len == 18
+    if p.has_vlan:
+        p.vlan_tci = rd16(p.row + p.start + 14)
     p.l2len = <uint16_t>l2len
     p.l3 = p.start + l2len
     p.l3len = p.length - l2len
@@ -3349,6 +3353,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     cdef pre_t pre[PRE_CHUNK]
     cdef bint ahead = False
     cdef uint64_t misses = c.rcache_misses
+    cdef Py_ssize_t chunk = 0             # first packet of the current chunk
     c.slot = slot
     c.linktype = b.linktype
     for i in range(b.n):
@@ -3359,8 +3364,9 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             # add work, so a chunk looks ahead only if the last one missed
             # (one miss in eight packets or more).
             if i > 0:
-                c.ahead = (c.rcache_misses - misses) * 8 >= PRE_CHUNK
+                c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(i - chunk)
             misses = c.rcache_misses
+            chunk = i
             ahead = c.ahead and c.fast and c.trace == NULL
             if ahead:
                 c.ahead_chunks += 1
@@ -3405,7 +3411,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
         if p.reason == R_FRAGMENTED:
             nfrag += 1
     if b.n > 0:
-        c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(b.n - (b.n - 1) // PRE_CHUNK * PRE_CHUNK)
+        c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(b.n - chunk)
     return nfrag
 
 
@@ -3443,17 +3449,12 @@ cdef void _resolve_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
     """For each gateway nexthop, its neighbour entry as l2_build() would
     find it for a packet of the gateway's family (the fast path's Ethernet
     header without a scan)."""
-    cdef uint32_t k, j
+    cdef uint32_t k
     cdef uint8_t fam
     for k in range(c.nnh):
         fam = c.nhs[k].family
-        if not (c.nhs[k].flags & NHF_GATEWAY) or (fam != 6 and fam != 4):
-            continue
-        for j in range(c.nneigh):
-            if (c.neighs[j].ifindex == c.nhs[k].oif and c.neighs[j].family == fam
-                    and memcmp(c.neighs[j].addr, c.nhs[k].gw, 16 if fam == 6 else 4) == 0):
-                out[k] = <int32_t>j
-                break
+        if (c.nhs[k].flags & NHF_GATEWAY) and (fam == 6 or fam == 4):
+            out[k] = neigh_find(c, c.nhs[k].oif, fam, c.nhs[k].gw)
 
 
 cdef void _resolve_headend_sources(const ctx_t* c, fp_s6l* s6l) noexcept nogil:
