@@ -36,6 +36,11 @@ if DEBUG:
 else:
     cflags = ["-O3", "-DNDEBUG"]
 cflags += ["-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
+# ``cdef inline`` means inline: gcc otherwise keeps the fast path's larger
+# helpers (route cache probe, nexthop checks, the Ethernet build) as calls,
+# spilling the packet's state around each (End: 605 -> 521 instructions per
+# packet, callgrind; 32.5 -> 30.6 ns).
+cflags.append("-DCYTHON_INLINE=__inline__ __attribute__((always_inline))")
 ldflags = []
 if os.environ.get("FASTPATH_ASAN", "") not in ("", "0"):
     # AddressSanitizer (with FASTPATH_DEBUG=1): run Python with

@@ -210,10 +210,23 @@ cdef struct ctx_t:
     uint64_t gen_violations       # packets whose route was freed/reused under them
     bint fast                     # try the fast path (fast_path) before the general one
     uint64_t fast_packets         # packets the fast path took to the end
-    const int32_t* nh_neigh       # per nexthop: its gateway's neighbour entry (-1: none)
+    const adj_t* adj              # per nexthop: its way out, resolved at load (fast path)
     uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
     bint ahead                    # look routes up ahead (the last chunk missed the cache)
     uint64_t ahead_chunks         # chunks whose routes were looked up ahead
+
+
+cdef struct adj_t:                # a nexthop's way out, resolved when the tables are loaded
+    uint32_t mtu6                 # the largest IPv6 packet it sends (the device's MTU, at
+                                  # least IPV6_MIN_MTU); 0: not for the fast path (no such
+                                  # device, down, or an IPv4 gateway)
+    uint32_t mtu4                 # the same for IPv4 (0 also for an IPv6 gateway)
+    uint8_t vlan                  # the device tags its frames (with tci)
+    uint8_t gw                    # a gateway: eth[0:6] is its neighbour's MAC (zero when
+                                  # unresolved); else the packet's destination's, per packet
+    uint16_t tci
+    uint8_t eth[12]               # destination and source MAC of the Ethernet header
+    uint8_t pad[8]
 
 
 cdef struct pre_t:                # a packet's route lookups, done ahead (prelookup)
@@ -2782,82 +2795,73 @@ cdef inline void fast_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogi
 
 
 cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
-                                       const fp_dst* d, const fp_dev** odev_out) noexcept nogil:
+                                       const fp_dst* d) noexcept nogil:
     """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
     packet leaves by when all of them pass, else NULL (the general path
-    then makes the error, or the drop)."""
+    then makes the error, or the drop).  The device's are the nexthop's
+    adjacency's, resolved at load."""
     cdef const fp_nh* nh
-    cdef const fp_dev* odev
-    cdef uint32_t mtu
+    cdef const adj_t* a
     if not c.fwd6 or ip6[7] <= 1 or (d.mtu != 0 and <uint32_t>p.l3len > d.mtu):
         return NULL
     nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
-    if nh == NULL or ((nh.flags & NHF_GATEWAY) and nh.family != 6):
+    if nh == NULL:
         return NULL
-    odev = dev_get(c, nh.oif)
-    if odev == NULL or not (odev.flags & DEVF_UP):
+    a = &c.adj[nh - c.nhs]
+    if <uint32_t>p.l3len > a.mtu6:        # (0: no such device, down, an IPv4 gateway)
         return NULL
     # (multicast and loopback sources were refused before: by the receive
     # checks, or by fast_dx6 for a decapsulated packet)
     if nh.oif != p.iif and (in6_is_zero(ip6 + 8) or in6_is_linklocal(ip6 + 8)):
         return NULL
-    mtu = odev.mtu if odev.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
-    if <uint32_t>p.l3len > mtu:
-        return NULL
     # the Ethernet header must fit in front of the packet as it is
-    if c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or odev.vlan_set) else 14):
+    if c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or a.vlan) else 14):
         return NULL
-    odev_out[0] = odev
     return nh
 
 
 cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* nh,
-                           const fp_dev* odev, const uint8_t* known) noexcept nogil:
+                           const uint8_t* known) noexcept nogil:
     """ip6_forward()'s end (hop limit, verdict, nexthop), then the frame as
-    l2_build() makes it, the neighbour of a gateway found through the
-    nexthop's precomputed index."""
-    cdef const uint8_t* mac = NULL
-    cdef uint32_t k = <uint32_t>(nh - c.nhs)
+    l2_build() makes it."""
     ip6[7] -= 1
     p.verdict = V_FORWARD
     p.reason = R_NONE
     p.oif = nh.oif
     if nh.flags & NHF_GATEWAY:
         memcpy(p.nexthop, nh.gw, 16)
-        if c.nh_neigh[k] >= 0:
-            mac = c.neighs[c.nh_neigh[k]].mac
     else:
         memcpy(p.nexthop, known if known != NULL else ip6 + 24, 16)
-        mac = neigh_mac(c, nh.oif, 6, p.nexthop)
-    fast_l2(c, p, odev, mac, 0x86DD)
+    fast_l2(c, p, nh, 6, 0x86DD)
 
 
-cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_dev* odev, const uint8_t* mac,
+cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_nh* nh, int family,
                          uint16_t ethertype) noexcept nogil:
-    """The frame of a forwarded packet, as l2_build() makes it (room for
-    it checked beforehand)."""
+    """The frame of a forwarded packet, as l2_build() makes it, from the
+    nexthop's adjacency (room for it checked beforehand)."""
+    cdef const adj_t* a = &c.adj[nh - c.nhs]
+    cdef const uint8_t* mac
     cdef uint8_t* f
     cdef int32_t l2
-    cdef uint16_t tci
     if c.linktype != LINK_ETHERNET:
         p.l2len = 0
         p.start = p.l3
         p.length = p.l3len
         return
-    if odev.vlan_set or p.has_vlan:
-        tci = odev.vlan_tci if odev.vlan_set else p.vlan_tci
+    if a.vlan or p.has_vlan:
         l2 = 18
         f = p.row + p.l3 - 18
         wr16(f + 12, 0x8100)
-        wr16(f + 14, tci)
+        wr16(f + 14, a.tci if a.vlan else p.vlan_tci)
     else:
         l2 = 14
         f = p.row + p.l3 - 14
-    if mac != NULL:
-        memcpy(f, mac, 6)
-    else:
-        memset(f, 0, 6)
-    memcpy(f + 6, odev.mac, 6)
+    memcpy(f, a.eth, 12)
+    if not a.gw:
+        # a connected route: the neighbour of the packet's own destination
+        mac = neigh_mac(c, nh.oif, family, p.nexthop)
+        if mac != NULL:
+            memcpy(f, mac, 6)
     wr16(f + l2 - 2, ethertype)
     p.l2len = <uint16_t>l2
     p.start = p.l3 - l2
@@ -2875,7 +2879,6 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     cdef uint32_t sl, rt2, nmiss
     cdef const fp_dst* d2
     cdef const fp_nh* nh
-    cdef const fp_dev* odev = NULL
     cdef const uint8_t* known = s.nh6 if s.action == S6_END_X else NULL
     cdef uint64_t old0, old1
     if ip6[6] != NEXTHDR_ROUTING or p.l3len < IP6_HLEN + 8 or idev.seg6_require_hmac > 0:
@@ -2898,7 +2901,7 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     d2 = &c.dsts[rt2]
     nh = NULL
     if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
-        nh = fast_nexthop6(c, p, ip6, d2, &odev)
+        nh = fast_nexthop6(c, p, ip6, d2)
     if nh != NULL and c.refmode != MODE_NOREF:
         # seg6_lookup_any_nexthop without RT6_LOOKUP_F_DST_NOREF
         if dst_hold_pkt(c, p, rt2):
@@ -2912,7 +2915,7 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         return False
     dst_use(c, rt)
     dst_use(c, rt2)
-    fast_out6(c, p, ip6, nh, odev, known)
+    fast_out6(c, p, ip6, nh, known)
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, p.l3len)
     return True
@@ -2948,8 +2951,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     cdef uint32_t saddr, daddr, v, rt4
     cdef const fp_dst* d4
     cdef const fp_nh* nh
-    cdef const fp_dev* odev
-    cdef const uint8_t* mac = NULL
+    cdef const adj_t* a
     if ip6[6] != 4 or len0 < IP6_HLEN + IP4_HLEN or ip4[0] != 0x45 or ip4[8] <= 1:
         return False
     if not (idev.flags & DEVF_FWD4):
@@ -2977,12 +2979,12 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     nh = NULL
     if ip4_validate_source(c, p, d4, saddr, daddr):
         nh = dst_nexthop(c, d4, mp_hash4(c, p) if d4.nh_count > 1 else 0)
-    odev = dev_get(c, nh.oif) if nh != NULL else NULL
-    if (odev == NULL or not (odev.flags & DEVF_UP)
-            or <uint32_t>p.l3len > (d4.mtu if d4.mtu else odev.mtu)
-            or (c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or odev.vlan_set) else 14))
-            or ((nh.flags & NHF_GATEWAY) and nh.family != 4)):
-        nh = NULL
+    if nh != NULL:
+        a = &c.adj[nh - c.nhs]
+        if (a.mtu4 == 0                     # no such device, down, an IPv6 gateway
+                or <uint32_t>p.l3len > (d4.mtu if d4.mtu else a.mtu4)
+                or (c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or a.vlan) else 14))):
+            nh = NULL
     if nh != NULL and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt4):
         nh = NULL                        # skb_dst_force() would fail: the general path drops
     if nh == NULL:
@@ -2998,12 +3000,9 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     memset(p.nexthop, 0, 16)
     if nh.flags & NHF_GATEWAY:
         memcpy(p.nexthop, nh.gw, 4)
-        if c.nh_neigh[<uint32_t>(nh - c.nhs)] >= 0:
-            mac = c.neighs[c.nh_neigh[<uint32_t>(nh - c.nhs)]].mac
     else:
         memcpy(p.nexthop, ip4 + 16, 4)
-        mac = neigh_mac(c, nh.oif, 4, p.nexthop)
-    fast_l2(c, p, odev, mac, 0x0800)
+    fast_l2(c, p, nh, 4, 0x0800)
     fast_route(c, p, rt4)
     s6l_count(c, d, s, 0, len0)
     return True
@@ -3020,7 +3019,6 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     cdef uint32_t rt2, nmiss = 0, v
     cdef const fp_dst* d2
     cdef const fp_nh* nh = NULL
-    cdef const fp_dev* odev = NULL
     cdef const uint8_t* known = NULL
     if ip6[6] != NEXTHDR_IPV6 or len0 < 2 * IP6_HLEN or (inner[0] >> 4) != 6:
         return False
@@ -3042,7 +3040,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     # decapsulated (undone below if the general path must take the packet)
     p.l3 += IP6_HLEN
     p.l3len -= IP6_HLEN
-    nh = fast_nexthop6(c, p, inner, d2, &odev)
+    nh = fast_nexthop6(c, p, inner, d2)
     if nh != NULL and c.refmode != MODE_NOREF:
         if dst_hold_pkt(c, p, rt2):
             if s.action == S6_END_DX6:
@@ -3055,7 +3053,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
         return False
     dst_use(c, rt)
     dst_use(c, rt2)
-    fast_out6(c, p, inner, nh, odev, known)
+    fast_out6(c, p, inner, nh, known)
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, len0)
     return True
@@ -3170,7 +3168,6 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     cdef int32_t l2len
     cdef uint32_t plen, rt, nmiss
     cdef const fp_dev* idev
-    cdef const fp_dev* odev = NULL
     cdef const fp_dst* d
     cdef const fp_s6l* s
     cdef const fp_nh* nh
@@ -3207,10 +3204,10 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     d = &c.dsts[rt]
     if d.type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
         if d.encap_type == ENCAP_NONE:
-            nh = fast_nexthop6(c, p, ip6, d, &odev)
+            nh = fast_nexthop6(c, p, ip6, d)
             if nh != NULL:
                 dst_use(c, rt)
-                fast_out6(c, p, ip6, nh, odev, NULL)
+                fast_out6(c, p, ip6, nh, NULL)
                 fast_route(c, p, rt)
                 return 1
         elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
@@ -3445,16 +3442,36 @@ def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
         fp_atomic_fence()
 
 
-cdef void _resolve_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
-    """For each gateway nexthop, its neighbour entry as l2_build() would
-    find it for a packet of the gateway's family (the fast path's Ethernet
-    header without a scan)."""
+cdef void _resolve_adjacencies(const ctx_t* c, adj_t* out) noexcept nogil:
+    """For each nexthop, what the fast path needs of its way out: whether
+    its device exists and is up, the packet sizes it takes, and the
+    Ethernet header as l2_build() would make it (a gateway's neighbour
+    found once, not per packet).  Devices, nexthops and neighbours are
+    fixed until the next load."""
     cdef uint32_t k
-    cdef uint8_t fam
+    cdef int32_t n
+    cdef const fp_nh* nh
+    cdef const fp_dev* odev
     for k in range(c.nnh):
-        fam = c.nhs[k].family
-        if (c.nhs[k].flags & NHF_GATEWAY) and (fam == 6 or fam == 4):
-            out[k] = neigh_find(c, c.nhs[k].oif, fam, c.nhs[k].gw)
+        nh = &c.nhs[k]
+        memset(&out[k], 0, sizeof(adj_t))
+        odev = dev_get(c, nh.oif)
+        if odev == NULL:
+            continue
+        if odev.flags & DEVF_UP:
+            if not (nh.flags & NHF_GATEWAY) or nh.family == 6:
+                out[k].mtu6 = odev.mtu if odev.mtu >= IPV6_MIN_MTU else IPV6_MIN_MTU
+            if not (nh.flags & NHF_GATEWAY) or nh.family == 4:
+                out[k].mtu4 = odev.mtu
+        out[k].vlan = odev.vlan_set != 0
+        out[k].tci = odev.vlan_tci
+        memcpy(out[k].eth + 6, odev.mac, 6)
+        if nh.flags & NHF_GATEWAY:
+            out[k].gw = 1
+            if nh.family == 6 or nh.family == 4:
+                n = neigh_find(c, nh.oif, nh.family, nh.gw)
+                if n >= 0:
+                    memcpy(out[k].eth, c.neighs[n].mac, 6)
 
 
 cdef void _resolve_headend_sources(const ctx_t* c, fp_s6l* s6l) noexcept nogil:
@@ -3531,10 +3548,10 @@ cdef class Datapath:
         self.c.naddr = len(addrs)
         self.c.neighs = <const fp_neigh*>cnp.PyArray_DATA(neighs)
         self.c.nneigh = len(neighs)
-        nh_neigh = np.full(max(len(nhs), 1), -1, dtype=np.int32)
-        _resolve_neighbours(&self.c, <int32_t*>cnp.PyArray_DATA(nh_neigh))
-        refs.append(nh_neigh)
-        self.c.nh_neigh = <const int32_t*>cnp.PyArray_DATA(nh_neigh)
+        adj = np.zeros(max(len(nhs), 1) * sizeof(adj_t), dtype=np.uint8)
+        _resolve_adjacencies(&self.c, <adj_t*>cnp.PyArray_DATA(adj))
+        refs.append(adj)
+        self.c.adj = <const adj_t*>cnp.PyArray_DATA(adj)
         self.c.rules6 = <const fp_rule*>cnp.PyArray_DATA(rules6)
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
