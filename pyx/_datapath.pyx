@@ -425,10 +425,9 @@ cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexce
     cdef uint64_t a, b, h
     memcpy(&a, daddr, 8)
     memcpy(&b, daddr + 8, 8)
-    h = a * 0x9E3779B97F4A7C15ULL
-    h ^= (b * 0xC2B2AE3D27D4EB4FULL) >> 17 | (b * 0xC2B2AE3D27D4EB4FULL) << 47
-    h ^= h >> 29
-    h *= 0x94D049BB133111EBULL
+    # multiplicative (Fibonacci) hashing of the two halves: the top bits of
+    # a product depend on every bit of its operand
+    h = (a ^ (b * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL
     # two-way set associative: the pair (2k, 2k + 1), most recent first
     return &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
 
