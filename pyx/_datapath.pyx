@@ -137,6 +137,17 @@ cdef struct rcache_t:             # one entry of the per-worker IPv6 route cache
     uint32_t gen                  # 0: empty; else the generation of the tables it was filled from
 
 
+DEF RCACHE4_BITS = 9
+DEF RCACHE4_SIZE = 512            # IPv4 route cache entries; 8 KiB
+
+
+cdef struct rcache4_t:            # one entry of the per-worker IPv4 route cache
+    uint32_t daddr                # host order
+    uint32_t dst
+    uint32_t gen                  # as rcache_t's
+    uint32_t pad
+
+
 DEF PEER_BITS = 12                # per-destination rate-limit state: 4096 entries
 
 
@@ -153,6 +164,9 @@ cdef struct ctx_t:
     rcache_t* rcache              # per-worker cache of fib6_lookup results by destination
     uint32_t rcache_gen           # bumped by every load(): a reconfiguration empties the cache
     bint rcache_on                # only while no IPv6 rule selects on source or iif
+    rcache4_t* rcache4            # per-worker cache of fib4_lookup results by destination
+    bint rcache4_on               # only while no IPv4 rule selects on source or iif
+    uint64_t rcache4_misses
     fp_dst* dsts
     uint32_t ndst
     const fp_nh* nhs
@@ -163,6 +177,10 @@ cdef struct ctx_t:
     uint32_t naddr
     const fp_neigh* neighs
     uint32_t nneigh
+    const int32_t* addr_tab       # addrs by (family, address): open addressing, -1 empty
+    uint32_t addr_mask
+    const int32_t* neigh_tab      # neighs by (device, family, address)
+    uint32_t neigh_mask
     const fp_rule* rules6
     uint32_t nrules6
     const fp_rule* rules4
@@ -386,14 +404,35 @@ cdef inline void set_drop(pkt_t* p, uint16_t reason) noexcept nogil:
     p.reason = reason
     p.oif = 0
 
+cdef inline uint32_t addr_hash(int family, const uint8_t* a, uint32_t ifindex) noexcept nogil:
+    """Hash of an address (and a device) for the lookup tables built at load."""
+    cdef uint64_t x = 0, y = 0
+    if family == 6:
+        memcpy(&x, a, 8)
+        memcpy(&y, a + 8, 8)
+    else:
+        memcpy(&x, a, 4)
+    x ^= y * 0xC2B2AE3D27D4EB4FULL
+    x ^= ((<uint64_t>ifindex << 8) | <uint64_t>family) * 0x165667B19E3779F9ULL
+    return <uint32_t>((x * 0x9E3779B97F4A7C15ULL) >> 32)
+
+
+cdef inline bint addr_eq(const uint8_t* a, const uint8_t* b, int family) noexcept nogil:
+    return eq16(a, b) if family == 6 else memcmp(a, b, 4) == 0
+
+
 cdef inline bint is_local_addr(const ctx_t* c, int family, const uint8_t* a) noexcept nogil:
-    """ipv6_chk_addr(net, addr, NULL, 0) / inet_lookup_ifaddr_rcu."""
-    cdef uint32_t k
-    cdef int n = 16 if family == 6 else 4
-    for k in range(c.naddr):
-        if c.addrs[k].family == family and memcmp(c.addrs[k].addr, a, n) == 0:
+    """ipv6_chk_addr(net, addr, NULL, 0) / inet_lookup_ifaddr_rcu: one of
+    our addresses, on any device (a hash table of them, built at load)."""
+    cdef uint32_t i = addr_hash(family, a, 0) & c.addr_mask
+    cdef int32_t k
+    while True:
+        k = c.addr_tab[i]
+        if k < 0:
+            return False
+        if c.addrs[k].family == family and addr_eq(c.addrs[k].addr, a, family):
             return True
-    return False
+        i = (i + 1) & c.addr_mask
 
 
 # ---------------------------------------------------------------------------
@@ -705,6 +744,30 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
         elif r.action == FR_ACT_UNREACHABLE:
             return DST_IP4_UNREACHABLE
     return DST_IP4_NOROUTE
+
+
+cdef inline uint32_t fib4_cached(ctx_t* c, uint32_t daddr, uint32_t saddr,
+                                 uint32_t iif) noexcept nogil:
+    """fib4_lookup() through the per-worker IPv4 route cache: as fib6_cached,
+    by destination while no IPv4 rule selects on source or iif (a hit
+    returns what the walk returned), two-way set associative, emptied by a
+    new table generation; traces walk the rules every time."""
+    cdef rcache4_t* e
+    cdef uint32_t rt
+    if not c.rcache4_on or c.trace != NULL:
+        return fib4_lookup(c, daddr, saddr, iif)
+    e = &c.rcache4[((daddr * 0x9E3779B1u) >> (32 - RCACHE4_BITS)) & ~(<uint32_t>1)]
+    if e[0].gen == c.rcache_gen and e[0].daddr == daddr:
+        return e[0].dst
+    if e[1].gen == c.rcache_gen and e[1].daddr == daddr:
+        return e[1].dst
+    c.rcache4_misses += 1
+    rt = fib4_lookup(c, daddr, saddr, iif)
+    e[1] = e[0]
+    e[0].daddr = daddr
+    e[0].dst = rt
+    e[0].gen = c.rcache_gen
+    return rt
 
 
 cdef inline const fp_nh* dst_nexthop(const ctx_t* c, const fp_dst* d, uint32_t hash) noexcept nogil:
@@ -2622,7 +2685,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         v = lpm4_lookup(c.lpm4[slot].tbl24, c.lpm4[slot].groups, daddr) if <uint32_t>slot < c.nlpm4 else 0
         rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
     else:
-        rt = fib4_lookup(c, daddr, saddr, p.iif)
+        rt = fib4_cached(c, daddr, saddr, p.iif)
     p.dst = rt
     tr(c, T_ROUTE, rt, 4, NULL)
     d = &c.dsts[rt]
@@ -2715,13 +2778,18 @@ cdef inline bint l2_parse(const ctx_t* c, pkt_t* p) noexcept nogil:
 
 cdef inline int32_t neigh_find(const ctx_t* c, uint32_t oif, int family,
                                const uint8_t* addr) noexcept nogil:
-    """The neighbour table's entry for ``addr`` on ``oif``, or -1."""
-    cdef uint32_t k
-    for k in range(c.nneigh):
+    """The neighbour table's entry for ``addr`` on ``oif`` (the first, if the
+    table held it twice), or -1: a hash table of them, built at load."""
+    cdef uint32_t i = addr_hash(family, addr, oif) & c.neigh_mask
+    cdef int32_t k
+    while True:
+        k = c.neigh_tab[i]
+        if k < 0:
+            return -1
         if (c.neighs[k].ifindex == oif and c.neighs[k].family == family
-                and (eq16(c.neighs[k].addr, addr) if family == 6 else memcmp(c.neighs[k].addr, addr, 4) == 0)):
-            return <int32_t>k
-    return -1
+                and addr_eq(c.neighs[k].addr, addr, family)):
+            return k
+        i = (i + 1) & c.neigh_mask
 
 
 cdef inline const uint8_t* neigh_mac(const ctx_t* c, uint32_t oif, int family,
@@ -2967,7 +3035,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         v = lpm4_lookup(c.lpm4[s.slot4].tbl24, c.lpm4[s.slot4].groups, daddr)
         rt4 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
     else:
-        rt4 = fib4_lookup(c, daddr, saddr, p.iif)
+        rt4 = fib4_cached(c, daddr, saddr, p.iif)
     d4 = &c.dsts[rt4]
     if d4.type != RTN_UNICAST or d4.encap_type != ENCAP_NONE or (d4.flags & DSTF_DEAD):
         return False
@@ -3441,6 +3509,49 @@ def atomic_store64(arr, Py_ssize_t index, uint64_t v, bint fence=False):
         fp_atomic_fence()
 
 
+cdef object _index_table(Py_ssize_t n):
+    """An empty open-addressing table for ``n`` keys: a power of two, at
+    least twice ``n`` (a probe always ends at an empty slot)."""
+    cdef Py_ssize_t size = 8
+    while size < 2 * n:
+        size *= 2
+    return np.full(size, -1, dtype=np.int32)
+
+
+cdef void _index_addresses(ctx_t* c, int32_t* tab, uint32_t mask) noexcept nogil:
+    """Fill the local addresses' table (is_local_addr): each (family,
+    address) once."""
+    cdef uint32_t k, i
+    cdef int fam
+    c.addr_tab = tab
+    c.addr_mask = mask
+    for k in range(c.naddr):
+        fam = c.addrs[k].family
+        if (fam != 4 and fam != 6) or is_local_addr(c, fam, c.addrs[k].addr):
+            continue
+        i = addr_hash(fam, c.addrs[k].addr, 0) & mask
+        while tab[i] >= 0:
+            i = (i + 1) & mask
+        tab[i] = <int32_t>k
+
+
+cdef void _index_neighbours(ctx_t* c, int32_t* tab, uint32_t mask) noexcept nogil:
+    """Fill the neighbours' table (neigh_find): the first entry of each
+    (device, family, address)."""
+    cdef uint32_t k, i
+    cdef int fam
+    c.neigh_tab = tab
+    c.neigh_mask = mask
+    for k in range(c.nneigh):
+        fam = c.neighs[k].family
+        if (fam != 4 and fam != 6) or neigh_find(c, c.neighs[k].ifindex, fam, c.neighs[k].addr) >= 0:
+            continue
+        i = addr_hash(fam, c.neighs[k].addr, c.neighs[k].ifindex) & mask
+        while tab[i] >= 0:
+            i = (i + 1) & mask
+        tab[i] = <int32_t>k
+
+
 cdef void _resolve_adjacencies(const ctx_t* c, adj_t* out) noexcept nogil:
     """For each nexthop, what the fast path needs of its way out: whether
     its device exists and is up, the packet sizes it takes, and the
@@ -3498,6 +3609,7 @@ cdef class Datapath:
     cdef uint64_t[R_COUNT] reasons
     cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
     cdef rcache_t[RCACHE_SIZE] rcache_buf
+    cdef rcache4_t[RCACHE4_SIZE] rcache4_buf
     cdef object peers                  # uint8 array holding the peer_t table
     cdef object pcpu                   # this worker's route copies (PCPU_DTYPE as uint8 rows)
     cdef bint own_pcpu                 # allocated here (grown with the tables) or given
@@ -3507,8 +3619,10 @@ cdef class Datapath:
         memset(&self.c, 0, sizeof(ctx_t))
         memset(self.reasons, 0, sizeof(self.reasons))
         memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
+        memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
         self.c.reason_count = self.reasons
         self.c.rcache = self.rcache_buf
+        self.c.rcache4 = self.rcache4_buf
         self.c.fast = True
         self.peers = np.zeros(sizeof(peer_t) << PEER_BITS, dtype=np.uint8)
         self.c.peers = <peer_t*>cnp.PyArray_DATA(self.peers)
@@ -3547,6 +3661,11 @@ cdef class Datapath:
         self.c.naddr = len(addrs)
         self.c.neighs = <const fp_neigh*>cnp.PyArray_DATA(neighs)
         self.c.nneigh = len(neighs)
+        atab = _index_table(len(addrs))
+        ntab = _index_table(len(neighs))
+        refs += [atab, ntab]
+        _index_addresses(&self.c, <int32_t*>cnp.PyArray_DATA(atab), len(atab) - 1)
+        _index_neighbours(&self.c, <int32_t*>cnp.PyArray_DATA(ntab), len(ntab) - 1)
         adj = np.zeros(max(len(nhs), 1) * sizeof(adj_t), dtype=np.uint8)
         _resolve_adjacencies(&self.c, <adj_t*>cnp.PyArray_DATA(adj))
         refs.append(adj)
@@ -3622,14 +3741,17 @@ cdef class Datapath:
         self.c.mp_policy4 = mp_policy4
         self.c.v4_full_rpcheck = v4_full_rpcheck
         self.c.msgs_burst = icmp_msgs_burst
-        # the route cache: valid for these tables only; keyed by destination
+        # the route caches: valid for these tables only; keyed by destination
         # only, so off when a rule looks at the source or the interface
         self.c.rcache_gen += 1
         if self.c.rcache_gen == 0:
             memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
+            memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
             self.c.rcache_gen = 1
         r6 = rules6.reshape(-1, sizeof(fp_rule)) if len(rules6) else rules6
         self.c.rcache_on = not any(int(r6[k, 9]) or int(r6[k, 11]) for k in range(len(r6)))
+        r4 = rules4.reshape(-1, sizeof(fp_rule)) if len(rules4) else rules4
+        self.c.rcache4_on = not any(int(r4[k, 9]) or int(r4[k, 11]) for k in range(len(r4)))
         self.c.lo_ifindex = lo_ifindex
         self.c.fwd6 = fwd6
         self.c.ip_default_ttl = ip_default_ttl
@@ -3702,11 +3824,11 @@ cdef class Datapath:
     def cache_counters(self):
         """References refused (entry being freed), generation violations,
         the packets the fast path took (the rest took the general path), the
-        IPv6 route cache's misses, and the chunks of packets whose routes
-        were looked up ahead."""
+        IPv6 route cache's misses, the chunks of packets whose routes were
+        looked up ahead, and the IPv4 route cache's misses."""
         return {"hold_fail": self.c.hold_fail, "gen_violations": self.c.gen_violations,
                 "fast_packets": self.c.fast_packets, "rcache_misses": self.c.rcache_misses,
-                "ahead_chunks": self.c.ahead_chunks}
+                "ahead_chunks": self.c.ahead_chunks, "rcache4_misses": self.c.rcache4_misses}
 
     cdef int _batch(self, bat_t* b, object data, object start, object length, object l2len,
                     object iif, object oif, object nexthop, object verdict, object reason,
