@@ -229,6 +229,8 @@ cdef struct ctx_t:
     bint fast                     # try the fast path (fast_path) before the general one
     uint64_t fast_packets         # packets the fast path took to the end
     const adj_t* adj              # per nexthop: its way out, resolved at load (fast path)
+    const int32_t* s6l_nb         # per seg6local record: the first neighbour entry of its
+                                  # nh6 / nh4 (End.X, End.DX6, End.DX4), -1: none
     uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
     bint ahead                    # look routes up ahead (the last chunk missed the cache)
     uint64_t ahead_chunks         # chunks whose routes were looked up ahead
@@ -412,8 +414,7 @@ cdef inline uint32_t addr_hash(int family, const uint8_t* a, uint32_t ifindex) n
         memcpy(&y, a + 8, 8)
     else:
         memcpy(&x, a, 4)
-    x ^= y * 0xC2B2AE3D27D4EB4FULL
-    x ^= ((<uint64_t>ifindex << 8) | <uint64_t>family) * 0x165667B19E3779F9ULL
+    x ^= (y * 0xC2B2AE3D27D4EB4FULL) ^ ((<uint64_t>ifindex << 8) | <uint64_t>family)
     return <uint32_t>((x * 0x9E3779B97F4A7C15ULL) >> 32)
 
 
@@ -2888,24 +2889,28 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
 
 
 cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* nh,
-                           const uint8_t* known) noexcept nogil:
+                           const uint8_t* known, int32_t hint) noexcept nogil:
     """ip6_forward()'s end (hop limit, verdict, nexthop), then the frame as
-    l2_build() makes it."""
+    l2_build() makes it.  ``known``: the nexthop of a gateway-less route
+    (End.X's, End.DX6's nh6), ``hint`` its neighbour entry (s6l_nb)."""
+    cdef const uint8_t* via = nh.gw
+    if not (nh.flags & NHF_GATEWAY):
+        via = known if known != NULL else ip6 + 24
     ip6[7] -= 1
     p.verdict = V_FORWARD
     p.reason = R_NONE
     p.oif = nh.oif
-    if nh.flags & NHF_GATEWAY:
-        memcpy(p.nexthop, nh.gw, 16)
-    else:
-        memcpy(p.nexthop, known if known != NULL else ip6 + 24, 16)
-    fast_l2(c, p, nh, 6, 0x86DD)
+    memcpy(p.nexthop, via, 16)
+    fast_l2(c, p, nh, 6, 0x86DD, via, hint)
 
 
 cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_nh* nh, int family,
-                         uint16_t ethertype) noexcept nogil:
+                         uint16_t ethertype, const uint8_t* via, int32_t hint) noexcept nogil:
     """The frame of a forwarded packet, as l2_build() makes it, from the
-    nexthop's adjacency (room for it checked beforehand)."""
+    nexthop's adjacency (room for it checked beforehand).  ``via``: the
+    packet's nexthop address; ``hint``: the first neighbour entry for it
+    on any device when known (-1 else), which is neigh_find()'s answer when
+    it is on the nexthop's device."""
     cdef const adj_t* a = &c.adj[nh - c.nhs]
     cdef const uint8_t* mac
     cdef uint8_t* f
@@ -2926,7 +2931,10 @@ cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_nh* nh, int family,
     memcpy(f, a.eth, 12)
     if not a.gw:
         # a connected route: the neighbour of the packet's own destination
-        mac = neigh_mac(c, nh.oif, family, p.nexthop)
+        if hint >= 0 and c.neighs[hint].ifindex == nh.oif:
+            mac = c.neighs[hint].mac
+        else:
+            mac = neigh_mac(c, nh.oif, family, via)
         if mac != NULL:
             memcpy(f, mac, 6)
     wr16(f + l2 - 2, ethertype)
@@ -2964,7 +2972,9 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         rt2 = p.pre.rt2
         nmiss = p.pre.m2
     else:
-        rt2 = fib6_cached(c, known if known != NULL else ip6 + 24, ip6 + 8, p.iif, &nmiss)
+        # keyed by the segment in the SRH (the same bytes as the new DA, not
+        # read back through the store just made)
+        rt2 = fib6_cached(c, known if known != NULL else srh + 8 + ((sl - 1) << 4), ip6 + 8, p.iif, &nmiss)
     d2 = &c.dsts[rt2]
     nh = NULL
     if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
@@ -2982,7 +2992,7 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         return False
     dst_use(c, rt)
     dst_use(c, rt2)
-    fast_out6(c, p, ip6, nh, known)
+    fast_out6(c, p, ip6, nh, known, c.s6l_nb[d.encap])
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, p.l3len)
     return True
@@ -3067,9 +3077,13 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     memset(p.nexthop, 0, 16)
     if nh.flags & NHF_GATEWAY:
         memcpy(p.nexthop, nh.gw, 4)
+        fast_l2(c, p, nh, 4, 0x0800, nh.gw, -1)
     else:
+        # the packet's destination (even when End.DX4 looked nh4 up, as
+        # the kernel's rt_nexthop() for a route without gateway)
         memcpy(p.nexthop, ip4 + 16, 4)
-    fast_l2(c, p, nh, 4, 0x0800)
+        fast_l2(c, p, nh, 4, 0x0800, ip4 + 16,
+                c.s6l_nb[d.encap] if s.action == S6_END_DX4 and rd32(ip4 + 16) == rd32(s.nh4) else -1)
     fast_route(c, p, rt4)
     s6l_count(c, d, s, 0, len0)
     return True
@@ -3120,7 +3134,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
         return False
     dst_use(c, rt)
     dst_use(c, rt2)
-    fast_out6(c, p, inner, nh, known)
+    fast_out6(c, p, inner, nh, known, c.s6l_nb[d.encap] if known != NULL else -1)
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, len0)
     return True
@@ -3274,7 +3288,7 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
             nh = fast_nexthop6(c, p, ip6, d)
             if nh != NULL:
                 dst_use(c, rt)
-                fast_out6(c, p, ip6, nh, NULL)
+                fast_out6(c, p, ip6, nh, NULL, -1)
                 fast_route(c, p, rt)
                 return 1
         elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
@@ -3552,6 +3566,29 @@ cdef void _index_neighbours(ctx_t* c, int32_t* tab, uint32_t mask) noexcept nogi
         tab[i] = <int32_t>k
 
 
+cdef void _resolve_s6l_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
+    """For each seg6local record with a nexthop address (End.X's and
+    End.DX6's nh6, End.DX4's nh4), the first neighbour entry holding it on
+    any device (the fast path's hint for a gateway-less route to it)."""
+    cdef uint32_t k, j
+    cdef const fp_s6l* s
+    cdef int fam
+    cdef const uint8_t* a
+    for k in range(c.ns6l):
+        s = &c.s6l[k]
+        out[k] = -1
+        if s.action == S6_END_X or s.action == S6_END_DX6:
+            fam, a = 6, s.nh6
+        elif s.action == S6_END_DX4:
+            fam, a = 4, s.nh4
+        else:
+            continue
+        for j in range(c.nneigh):
+            if c.neighs[j].family == fam and addr_eq(c.neighs[j].addr, a, fam):
+                out[k] = <int32_t>j
+                break
+
+
 cdef void _resolve_adjacencies(const ctx_t* c, adj_t* out) noexcept nogil:
     """For each nexthop, what the fast path needs of its way out: whether
     its device exists and is up, the packet sizes it takes, and the
@@ -3708,6 +3745,10 @@ cdef class Datapath:
         self.s6l_counters = counters
         self.c.s6l_counters = <uint64_t*>cnp.PyArray_DATA(counters)
         self.c.ns6l = len(s6l)
+        nb = np.full(max(len(s6l), 1), -1, dtype=np.int32)
+        _resolve_s6l_neighbours(&self.c, <int32_t*>cnp.PyArray_DATA(nb))
+        refs.append(nb)
+        self.c.s6l_nb = <const int32_t*>cnp.PyArray_DATA(nb)
         self.c.srh_blob = <const uint8_t*>cnp.PyArray_DATA(srh_blob)
         # a private copy (the tables may be shared) with each key's inner and
         # outer pad states computed once here, not per packet
