@@ -203,7 +203,10 @@ def _run_script(body, sig=None):
                          text=True)
     pid = p.stdout.readline().strip()
     if sig is not None:
-        time.sleep(2.5)
+        # the signal lands inside the body: after its "up" (the dataplane
+        # started, however long that took on a loaded machine), then a beat
+        assert p.stdout.readline().strip() == "up"
+        time.sleep(0.5)
         p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     return pid, p.returncode, err

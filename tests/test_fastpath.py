@@ -350,3 +350,57 @@ def test_fast_path_property(seed, n):
     pkts = [make_packet(rng) for _ in range(n)]
     iifs = [IIFS[int(k)] for k in rng.integers(0, len(IIFS), n)]
     _same(pkts, iifs)
+
+
+ADJ = """
+ip link add link tun1 name tun1.7 type vlan id 7
+ip -6 addr add 2001:db8:7::1/64 dev tun1.7
+ip addr add 10.0.7.1/24 dev tun1.7
+ip -6 neigh add 2001:db8:7::2 lladdr 02:00:00:00:00:77 dev tun1.7
+ip -6 route add 2001:db8:70::/48 via 2001:db8:7::2 dev tun1.7
+ip -6 neigh add 2001:db8:3::9 lladdr 02:00:00:00:00:39 dev tun1
+ip -6 neigh add 2001:db8:3::9 lladdr 02:00:00:00:00:93 dev tun2
+ip neigh add 10.0.7.2 lladdr 02:00:00:00:00:72 dev tun2
+ip neigh add 10.0.7.2 lladdr 02:00:00:00:00:27 dev tun1.7
+ip -6 route add fc00::30/128 encap seg6local action End.X nh6 2001:db8:3::9 dev tun0
+ip -6 route add fc00::31/128 encap seg6local action End.X nh6 2001:db8:7::5 dev tun0
+ip -6 route add fc00::32/128 encap seg6local action End.DX4 nh4 10.0.7.2 dev tun0
+ip -6 route add fc00::33/128 encap seg6local action End.DX6 nh6 2001:db8:3::9 dev tun0
+"""
+
+
+def test_adjacencies_and_neighbours():
+    """What load resolves for the fast path (each nexthop's device, MTUs and
+    Ethernet header; each End.X/DX6/DX4 nexthop's neighbour): a VLAN device
+    out, frames in with and without a tag, and a nexthop address whose first
+    neighbour entry is on another device than the one the route leaves by
+    (the general path finds the entry on the right device)."""
+    tag = bytes.fromhex("8100") + (5).to_bytes(2, "big")
+    pkts = []
+    for l2 in (MAC, MAC + tag):
+        def end(sid, seg, l2=l2):
+            return l2 + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") \
+                + _a(sid) + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid)
+        for seg in ("2001:db8:70::1", "2001:db8:99::1", "2001:db8:7::9", "2001:db8:3::9"):
+            pkts += [end("fc00::f", seg), end("fc00::30", seg), end("fc00::31", seg)]
+        for dst4 in ("10.0.7.2", "10.0.7.3", "192.0.2.1"):
+            p = _ipip("fc00::32", "198.51.100.1", dst4, 64, 8, True)
+            pkts.append(l2 + p[12:])
+        for dst in ("2001:db8:70::1", "2001:db8:3::9", "2001:db8:7::9"):
+            p = _ip6ip6("fc00::33", "2001:db8:1::2", dst, 64, 8)
+            pkts.append(l2 + p[12:])
+            p = _ip6ip6("fc00::13", "2001:db8:1::2", dst, 64, 8)
+            pkts.append(l2 + p[12:])
+    b = _same(pkts * 3, ["tun0"] * (3 * len(pkts)), extra=ADJ)
+    assert b.fast_packets >= 2 * len(pkts)
+    res = b.results()
+    # the tagged device's frames carry its tag, whatever came in
+    out7 = [k for k, x in enumerate(res) if x.verdict == "forward" and x.oif == "tun1.7"]
+    assert len(out7) >= 12
+    for k in out7:
+        f = b.packet(k)
+        assert f[12:16] == bytes.fromhex("81000007"), f[:18].hex()
+    # End.X to 2001:db8:3::9 leaves by tun2: its neighbour there, not tun1's
+    out2 = [k for k, x in enumerate(res) if x.verdict == "forward" and x.oif == "tun2"
+            and x.nexthop == "2001:db8:3::9"]
+    assert out2 and all(b.packet(k)[:6] == bytes.fromhex("020000000093") for k in out2)
