@@ -148,6 +148,18 @@ cdef struct rcache4_t:            # one entry of the per-worker IPv4 route cache
     uint32_t pad
 
 
+DEF TCACHE_BITS = 10
+DEF TCACHE_SIZE = 1024            # table lookup cache entries; 32 KiB
+
+
+cdef struct tcache_t:             # one entry of the per-worker cache of lookups in one
+    uint8_t daddr[16]             # table (End.T, End.DT6): by destination and table
+    uint32_t v                    # what lpm6_lookup() returned
+    int32_t slot                  # the table's LPM
+    uint32_t gen                  # as rcache_t's
+    uint32_t pad
+
+
 DEF PEER_BITS = 12                # per-destination rate-limit state: 4096 entries
 
 
@@ -166,7 +178,12 @@ cdef struct ctx_t:
     bint rcache_on                # only while no IPv6 rule selects on source or iif
     rcache4_t* rcache4            # per-worker cache of fib4_lookup results by destination
     bint rcache4_on               # only while no IPv4 rule selects on source or iif
+    uint8_t last_da[16]           # the fast path's last first lookup (while the route
+    uint32_t last_rt              # cache is on): its destination, route, tables missed
+    uint32_t last_nmiss
+    uint32_t last_gen             # and generation (0: none)
     uint64_t rcache4_misses
+    tcache_t* tcache              # per-worker cache of lookups in one IPv6 table
     fp_dst* dsts
     uint32_t ndst
     const fp_nh* nhs
@@ -460,16 +477,40 @@ cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     return rt
 
 
-cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexcept nogil:
-    """The route cache's pair of entries for a destination."""
-    cdef uint64_t a, b, h
+cdef inline uint64_t in6_hash(const uint8_t* daddr) noexcept nogil:
+    """Multiplicative (Fibonacci) hashing of an address's two halves: the
+    top bits of a product depend on every bit of its operand."""
+    cdef uint64_t a, b
     memcpy(&a, daddr, 8)
     memcpy(&b, daddr + 8, 8)
-    # multiplicative (Fibonacci) hashing of the two halves: the top bits of
-    # a product depend on every bit of its operand
-    h = (a ^ (b * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL
+    return (a ^ (b * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL
+
+
+cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexcept nogil:
+    """The route cache's pair of entries for a destination."""
     # two-way set associative: the pair (2k, 2k + 1), most recent first
-    return &c.rcache[(h >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
+    return &c.rcache[(in6_hash(daddr) >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
+
+
+cdef inline uint32_t lpm6_cached(ctx_t* c, int32_t slot, const uint8_t* daddr) noexcept nogil:
+    """lpm6_lookup() in one table (End.T, End.DT6; ``slot`` valid), through a
+    per-worker cache by table and destination: a hit returns what the
+    lookup returned for these tables (two-way set associative, emptied by a
+    new table generation)."""
+    cdef tcache_t* e = &c.tcache[((in6_hash(daddr) >> (64 - TCACHE_BITS)) ^ <uint64_t>slot)
+                                 & (TCACHE_SIZE - 2)]
+    cdef uint32_t v
+    if e[0].gen == c.rcache_gen and e[0].slot == slot and eq16(e[0].daddr, daddr):
+        return e[0].v
+    if e[1].gen == c.rcache_gen and e[1].slot == slot and eq16(e[1].daddr, daddr):
+        return e[1].v
+    v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
+    e[1] = e[0]
+    memcpy(e[0].daddr, daddr, 16)
+    e[0].v = v
+    e[0].slot = slot
+    e[0].gen = c.rcache_gen
+    return v
 
 
 cdef inline bint rcache_get(const ctx_t* c, const rcache_t* e, const uint8_t* daddr,
@@ -1976,7 +2017,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
             dst_hold_pkt(c, p, rt)
         return rt
     else:
-        v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
+        v = lpm6_cached(c, slot, daddr)
         rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
         tr(c, T_TABLE, slot, rt, daddr)
         dst_use(c, rt)
@@ -3113,7 +3154,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     else:
         if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
             return False
-        v = lpm6_lookup(c.lpm6[s.slot6].tbl24, c.lpm6[s.slot6].groups, inner + 24)
+        v = lpm6_cached(c, s.slot6, inner + 24)
         rt2 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
     d2 = &c.dsts[rt2]
     if d2.type != RTN_UNICAST or d2.encap_type != ENCAP_NONE or (d2.flags & DSTF_DEAD):
@@ -3279,9 +3320,21 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     if p.pre != NULL and p.pre.k1 == p.l3 + 24:
         rt = p.pre.rt1
         nmiss = p.pre.m1
+    elif c.last_gen == c.rcache_gen and eq16(ip6 + 24, c.last_da):
+        # the same destination as the last packet's (most of an SRv6
+        # endpoint's traffic is to its own few SIDs): the cache's answer,
+        # without the probe
+        p.pre = NULL
+        rt = c.last_rt
+        nmiss = c.last_nmiss
     else:
         p.pre = NULL
         rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+        if c.rcache_on:
+            memcpy(c.last_da, ip6 + 24, 16)
+            c.last_rt = rt
+            c.last_nmiss = nmiss
+            c.last_gen = c.rcache_gen
     d = &c.dsts[rt]
     if d.type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
         if d.encap_type == ENCAP_NONE:
@@ -3647,6 +3700,7 @@ cdef class Datapath:
     cdef object s6l_counters           # uint64[ns6l, 3], this Datapath's (per worker)
     cdef rcache_t[RCACHE_SIZE] rcache_buf
     cdef rcache4_t[RCACHE4_SIZE] rcache4_buf
+    cdef tcache_t[TCACHE_SIZE] tcache_buf
     cdef object peers                  # uint8 array holding the peer_t table
     cdef object pcpu                   # this worker's route copies (PCPU_DTYPE as uint8 rows)
     cdef bint own_pcpu                 # allocated here (grown with the tables) or given
@@ -3657,9 +3711,11 @@ cdef class Datapath:
         memset(self.reasons, 0, sizeof(self.reasons))
         memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
         memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
+        memset(self.tcache_buf, 0, sizeof(self.tcache_buf))
         self.c.reason_count = self.reasons
         self.c.rcache = self.rcache_buf
         self.c.rcache4 = self.rcache4_buf
+        self.c.tcache = self.tcache_buf
         self.c.fast = True
         self.peers = np.zeros(sizeof(peer_t) << PEER_BITS, dtype=np.uint8)
         self.c.peers = <peer_t*>cnp.PyArray_DATA(self.peers)
@@ -3788,6 +3844,8 @@ cdef class Datapath:
         if self.c.rcache_gen == 0:
             memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
             memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
+            memset(self.tcache_buf, 0, sizeof(self.tcache_buf))
+            self.c.last_gen = 0
             self.c.rcache_gen = 1
         r6 = rules6.reshape(-1, sizeof(fp_rule)) if len(rules6) else rules6
         self.c.rcache_on = not any(int(r6[k, 9]) or int(r6[k, 11]) for k in range(len(r6)))
