@@ -495,10 +495,9 @@ cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexce
 cdef inline uint32_t lpm6_cached(ctx_t* c, int32_t slot, const uint8_t* daddr) noexcept nogil:
     """lpm6_lookup() in one table (End.T, End.DT6; ``slot`` valid), through a
     per-worker cache by table and destination: a hit returns what the
-    lookup returned for these tables (two-way set associative, emptied by a
-    new table generation)."""
-    cdef tcache_t* e = &c.tcache[((in6_hash(daddr) >> (64 - TCACHE_BITS)) ^ <uint64_t>slot)
-                                 & (TCACHE_SIZE - 2)]
+    lookup returned for these tables (two-way set associative by
+    destination, emptied by a new table generation)."""
+    cdef tcache_t* e = &c.tcache[(in6_hash(daddr) >> (64 - TCACHE_BITS)) & ~(<uint64_t>1)]
     cdef uint32_t v
     if e[0].gen == c.rcache_gen and e[0].slot == slot and eq16(e[0].daddr, daddr):
         return e[0].v

@@ -404,3 +404,47 @@ def test_adjacencies_and_neighbours():
     out2 = [k for k, x in enumerate(res) if x.verdict == "forward" and x.oif == "tun2"
             and x.nexthop == "2001:db8:3::9"]
     assert out2 and all(b.packet(k)[:6] == bytes.fromhex("020000000093") for k in out2)
+
+
+def test_reconfiguration_between_batches():
+    """Routers kept across configuration changes: nothing the fast path
+    remembers between packets (the last destination's route, the route
+    caches) outlives the tables it came from."""
+    def end(sid, seg):
+        return MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") + _a(sid) \
+            + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid)
+    pkts = [end("fc00::f", "2001:db8:99::1")] * 8 + [end("fc00::f", "2001:db8:98::1")] * 8
+    fast, slow = _routers("noref")
+    steps = ["",
+             "ip -6 route replace fc00::f/128 encap seg6local action End.X nh6 2001:db8:3::2 dev tun0",
+             "ip -6 route del fc00::f/128",
+             "ip -6 route add fc00::f/128 via 2001:db8:2::2 dev tun1",
+             "ip -6 route replace fc00::f/128 encap seg6local action End dev tun0\n"
+             "ip -6 route replace 2001:db8:99::/48 dev tun1"]
+    seen = set()
+    for step in steps:
+        outs = []
+        for r in (fast, slow):
+            if step:
+                r.configure(step)
+            b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
+            r.process(b)
+            outs.append(b)
+        for f in ("data", "start", "length", "oif", "nexthop", "verdict", "reason"):
+            assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), (step, f)
+        seen.add(tuple((x.verdict, x.oif, x.nexthop) for x in outs[0].results()))
+    assert len(seen) == len(steps)
+
+
+def test_table_lookups_by_table():
+    """End.DT6 in two tables that route the same destination differently:
+    each packet by its own table (the per-table lookup cache is keyed by
+    table as well)."""
+    extra = "ip -6 route add 2001:db8:99::/48 via 2001:db8:3::2 dev tun2 table 100\n"
+    pkts = []
+    for k in range(64):
+        sid = "fc00::17" if k % 2 == 0 else "fc00::1b"
+        p = _ip6ip6(sid, "2001:db8:1::2", "2001:db8:99::1", 64, 8)
+        pkts.append(p)
+    b = _same(pkts, ["tun0"] * len(pkts), extra=extra)
+    assert [x.oif for x in b.results()] == ["tun1", "tun2"] * 32
