@@ -569,11 +569,15 @@ cdef inline void dst_use(ctx_t* c, uint32_t rt) noexcept nogil:
     route every lookup (USE_SHARED, the "before" of seeds/003), or on this
     worker's copy, flushed to the shared route at most once per tick
     (USE_LAZY, the "after")."""
-    cdef fp_dst* d
+    if rt >= DST_FIRST_ROUTE and rt < c.ndst:
+        dst_use_route(c, rt)
+
+
+cdef inline void dst_use_route(ctx_t* c, uint32_t rt) noexcept nogil:
+    """dst_use() of a route entry (not a reserved one: DST_FIRST_ROUTE <= rt
+    < ndst), as the fast path's unicast routes are."""
+    cdef fp_dst* d = &c.dsts[rt]
     cdef fp_pcpu* pc
-    if rt < DST_FIRST_ROUTE or rt >= c.ndst:
-        return
-    d = &c.dsts[rt]
     if c.use_mode == USE_LAZY and rt < c.npcpu:
         pc = &c.pcpu[rt]
         pc.use += 1
@@ -2923,7 +2927,7 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
     if nh.oif != p.iif and (in6_is_zero(ip6 + 8) or in6_is_linklocal(ip6 + 8)):
         return NULL
     # the Ethernet header must fit in front of the packet as it is
-    if c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or a.vlan) else 14):
+    if p.l3 < 18 and c.linktype == LINK_ETHERNET and (p.l3 < 14 or p.has_vlan or a.vlan):
         return NULL
     return nh
 
@@ -3030,8 +3034,8 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         memcpy(ip6 + 24, &old0, 8)
         memcpy(ip6 + 32, &old1, 8)
         return False
-    dst_use(c, rt)
-    dst_use(c, rt2)
+    dst_use_route(c, rt)
+    dst_use_route(c, rt2)
     fast_out6(c, p, ip6, nh, known, c.s6l_nb[d.encap])
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, p.l3len)
@@ -3100,7 +3104,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         a = &c.adj[nh - c.nhs]
         if (a.mtu4 == 0                     # no such device, down, an IPv6 gateway
                 or <uint32_t>p.l3len > (d4.mtu if d4.mtu else a.mtu4)
-                or (c.linktype == LINK_ETHERNET and p.l3 < (18 if (p.has_vlan or a.vlan) else 14))):
+                or (p.l3 < 18 and c.linktype == LINK_ETHERNET and (p.l3 < 14 or p.has_vlan or a.vlan))):
             nh = NULL
     if nh != NULL and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt4):
         nh = NULL                        # skb_dst_force() would fail: the general path drops
@@ -3109,7 +3113,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         p.l3len = len0
         p.family = 6
         return False
-    dst_use(c, rt)
+    dst_use_route(c, rt)
     ip_decrease_ttl(ip4)
     p.verdict = V_FORWARD
     p.reason = R_NONE
@@ -3172,8 +3176,8 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
         p.l3 -= IP6_HLEN
         p.l3len = len0
         return False
-    dst_use(c, rt)
-    dst_use(c, rt2)
+    dst_use_route(c, rt)
+    dst_use_route(c, rt2)
     fast_out6(c, p, inner, nh, known, c.s6l_nb[d.encap] if known != NULL else -1)
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, len0)
@@ -3339,7 +3343,7 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
         if d.encap_type == ENCAP_NONE:
             nh = fast_nexthop6(c, p, ip6, d)
             if nh != NULL:
-                dst_use(c, rt)
+                dst_use_route(c, rt)
                 fast_out6(c, p, ip6, nh, NULL, -1)
                 fast_route(c, p, rt)
                 return 1
