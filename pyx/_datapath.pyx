@@ -183,6 +183,7 @@ cdef struct ctx_t:
     uint32_t last_nmiss
     uint32_t last_gen             # and generation (0: none)
     uint64_t rcache4_misses
+    const int64_t* batch_ts       # the batch's timestamps (ns), or NULL
     tcache_t* tcache              # per-worker cache of lookups in one IPv6 table
     fp_dst* dsts
     uint32_t ndst
@@ -301,7 +302,7 @@ cdef struct pkt_t:
     bint l2_done                  # End.DX2: the frame already is the L2 frame to send
     int depth                     # nested seg6local behaviours (a SID list through our own SIDs)
     int nencap                    # nested headend encapsulations
-    int64_t ts                    # the packet's timestamp (ns): the clock of the rate limits
+    Py_ssize_t index              # the packet's index in its batch (its timestamp: pkt_ts)
     int32_t held                  # the route this packet holds a reference on (-1: none)
     bint held_pcpu                # ... on this worker's copy (IPv6) or the shared entry
     uint32_t chk_dst              # route of the last lookup and its generation (check_gen)
@@ -328,6 +329,11 @@ cdef enum:
     T_TABLE = 15      # a = LPM slot, b = route entry; addr = key
     T_INPUT = 16      # a = family, b = length
     T_ICMP_DUE = 17   # a = type, b = code: an error is due, its route is looked up next
+
+
+cdef inline int64_t pkt_ts(const ctx_t* c, const pkt_t* p) noexcept nogil:
+    """The packet's timestamp (ns; 0 without): the clock of the rate limits."""
+    return c.batch_ts[p.index] if c.batch_ts != NULL else 0
 
 
 cdef inline void tr(const ctx_t* c, uint16_t code, uint32_t a, uint32_t b,
@@ -1181,7 +1187,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if icmp6_ineligible(ip6, p.l3len):
         set_drop(p, reason)
         return False
-    if icmp6_limited(type) and not icmp_global_allow(c, p.ts):
+    if icmp6_limited(type) and not icmp_global_allow(c, pkt_ts(c, p)):
         set_drop(p, R_ICMP_SUPPRESSED)
         return False
     # the source: the offending packet's destination when it is ours; else
@@ -1226,7 +1232,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     # icmpv6_xrlim_allow(): per destination, more tokens for wider prefixes
     if icmp6_limited(type) and c.icmp6_tmo_ns > 0:
         if not peer_allow(c, 6, osrc, c.icmp6_tmo_ns >> ((128 - d.plen) >> 5) if d.plen < 128
-                          else c.icmp6_tmo_ns, p.ts):
+                          else c.icmp6_tmo_ns, pkt_ts(c, p)):
             set_drop(p, R_ICMP_SUPPRESSED)
             return False
     if icmp6_limited(type):
@@ -1306,7 +1312,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if was_local:
         wr32(saddr, odst)
         have_saddr = True
-    if icmp4_limited(c, type, code) and not icmp_global_allow(c, p.ts):
+    if icmp4_limited(c, type, code) and not icmp_global_allow(c, pkt_ts(c, p)):
         set_drop(p, R_ICMP_SUPPRESSED)
         return False
     rt = fib4_lookup(c, osrc, odst if was_local else 0, c.lo_ifindex)
@@ -1337,7 +1343,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         set_drop(p, reason)
         return False
     if icmp4_limited(c, type, code):
-        if c.icmp4_tmo_ns > 0 and not peer_allow(c, 4, ip4 + 12, c.icmp4_tmo_ns, p.ts):
+        if c.icmp4_tmo_ns > 0 and not peer_allow(c, 4, ip4 + 12, c.icmp4_tmo_ns, pkt_ts(c, p)):
             set_drop(p, R_ICMP_SUPPRESSED)
             return False
         icmp_global_consume(c)
@@ -3490,6 +3496,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     cdef Py_ssize_t chunk = 0             # first packet of the current chunk
     c.slot = slot
     c.linktype = b.linktype
+    c.batch_ts = b.tsp
     for i in range(b.n):
         if i % PRE_CHUNK == 0:
             # Lookups ahead pay when they miss the route cache (random
@@ -3509,7 +3516,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
                 pre_second(c, pre, <int>(min(i + PRE_CHUNK, b.n) - i), b.ii + i)
         p.pre = &pre[i % PRE_CHUNK] if ahead else NULL
         p.row = b.base + i * slot
-        p.ts = b.tsp[i] if b.tsp != NULL else 0
+        p.index = i
         p.start = b.st[i]
         p.length = b.ln[i]
         p.iif = b.ii[i]
@@ -3546,6 +3553,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             nfrag += 1
     if b.n > 0:
         c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(b.n - chunk)
+    c.batch_ts = NULL
     return nfrag
 
 
