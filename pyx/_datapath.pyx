@@ -178,8 +178,8 @@ cdef struct ctx_t:
     bint rcache_on                # only while no IPv6 rule selects on source or iif
     rcache4_t* rcache4            # per-worker cache of fib4_lookup results by destination
     bint rcache4_on               # only while no IPv4 rule selects on source or iif
-    uint8_t last_da[16]           # the fast path's last first lookup (while the route
-    uint32_t last_rt              # cache is on): its destination, route, tables missed
+    uint8_t last_da[16]           # the fast path's last first lookup of a SID (while the
+    uint32_t last_rt              # route cache is on): its destination, route, tables missed
     uint32_t last_nmiss
     uint32_t last_gen             # and generation (0: none)
     uint64_t rcache4_misses
@@ -3330,16 +3330,16 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
         rt = p.pre.rt1
         nmiss = p.pre.m1
     elif c.last_gen == c.rcache_gen and eq16(ip6 + 24, c.last_da):
-        # the same destination as the last packet's (most of an SRv6
-        # endpoint's traffic is to its own few SIDs): the cache's answer,
-        # without the probe
+        # the same SID as the last SID's packet (most of an SRv6 endpoint's
+        # traffic is to its own few SIDs): the cache's answer, without the
+        # probe
         p.pre = NULL
         rt = c.last_rt
         nmiss = c.last_nmiss
     else:
         p.pre = NULL
         rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
-        if c.rcache_on:
+        if c.rcache_on and c.dsts[rt].encap_type == ENCAP_SEG6LOCAL:
             memcpy(c.last_da, ip6 + 24, 16)
             c.last_rt = rt
             c.last_nmiss = nmiss
