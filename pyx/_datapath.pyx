@@ -3596,38 +3596,38 @@ cdef object _index_table(Py_ssize_t n):
     return np.full(size, -1, dtype=np.int32)
 
 
+cdef inline void _index_put(int32_t* tab, uint32_t mask, uint32_t h, uint32_t k) noexcept nogil:
+    """Entry ``k`` into the first empty slot from its hash on (linear probing)."""
+    cdef uint32_t i = h & mask
+    while tab[i] >= 0:
+        i = (i + 1) & mask
+    tab[i] = <int32_t>k
+
+
 cdef void _index_addresses(ctx_t* c, int32_t* tab, uint32_t mask) noexcept nogil:
     """Fill the local addresses' table (is_local_addr): each (family,
     address) once."""
-    cdef uint32_t k, i
+    cdef uint32_t k
     cdef int fam
     c.addr_tab = tab
     c.addr_mask = mask
     for k in range(c.naddr):
         fam = c.addrs[k].family
-        if (fam != 4 and fam != 6) or is_local_addr(c, fam, c.addrs[k].addr):
-            continue
-        i = addr_hash(fam, c.addrs[k].addr, 0) & mask
-        while tab[i] >= 0:
-            i = (i + 1) & mask
-        tab[i] = <int32_t>k
+        if (fam == 4 or fam == 6) and not is_local_addr(c, fam, c.addrs[k].addr):
+            _index_put(tab, mask, addr_hash(fam, c.addrs[k].addr, 0), k)
 
 
 cdef void _index_neighbours(ctx_t* c, int32_t* tab, uint32_t mask) noexcept nogil:
     """Fill the neighbours' table (neigh_find): the first entry of each
     (device, family, address)."""
-    cdef uint32_t k, i
+    cdef uint32_t k
     cdef int fam
     c.neigh_tab = tab
     c.neigh_mask = mask
     for k in range(c.nneigh):
         fam = c.neighs[k].family
-        if (fam != 4 and fam != 6) or neigh_find(c, c.neighs[k].ifindex, fam, c.neighs[k].addr) >= 0:
-            continue
-        i = addr_hash(fam, c.neighs[k].addr, c.neighs[k].ifindex) & mask
-        while tab[i] >= 0:
-            i = (i + 1) & mask
-        tab[i] = <int32_t>k
+        if (fam == 4 or fam == 6) and neigh_find(c, c.neighs[k].ifindex, fam, c.neighs[k].addr) < 0:
+            _index_put(tab, mask, addr_hash(fam, c.neighs[k].addr, c.neighs[k].ifindex), k)
 
 
 cdef void _resolve_s6l_neighbours(const ctx_t* c, int32_t* out) noexcept nogil:
