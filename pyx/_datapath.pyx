@@ -3373,13 +3373,13 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     return 2
 
 
-cdef void process_one(ctx_t* c, pkt_t* p) noexcept nogil:
-    """The packet's path (the fast one when it can take the packet), then
-    the release of the reference it holds (the skb leaving: transmitted or
-    freed)."""
+cdef void process_one(ctx_t* c, pkt_t* p, bint fast) noexcept nogil:
+    """The packet's path (the fast one when it can take the packet, and
+    ``fast``: on, and not tracing), then the release of the reference it
+    holds (the skb leaving: transmitted or freed)."""
     p.held = -1
     p.chk_dst = 0xFFFFFFFFu
-    cdef int taken = fast_path(c, p) if c.fast and c.trace == NULL else 0
+    cdef int taken = fast_path(c, p) if fast else 0
     if taken == 0:
         process_path(c, p)
     elif taken == 1:
@@ -3492,11 +3492,13 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     cdef uint8_t* buf
     cdef pre_t pre[PRE_CHUNK]
     cdef bint ahead = False
+    cdef pre_t* pnext = NULL              # the next packet's lookups ahead, or NULL
     cdef uint64_t misses = c.rcache_misses
     cdef Py_ssize_t chunk = 0             # first packet of the current chunk
     c.slot = slot
     c.linktype = b.linktype
     c.batch_ts = b.tsp
+    cdef bint use_fast = c.fast and c.trace == NULL   # (neither changes during a batch)
     for i in range(b.n):
         if i % PRE_CHUNK == 0:
             # Lookups ahead pay when they miss the route cache (random
@@ -3508,13 +3510,16 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
                 c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(i - chunk)
             misses = c.rcache_misses
             chunk = i
-            ahead = c.ahead and c.fast and c.trace == NULL
+            ahead = c.ahead and use_fast
+            pnext = pre if ahead else NULL
             if ahead:
                 c.ahead_chunks += 1
                 for j in range(i, min(i + PRE_CHUNK, b.n)):
                     prelookup(c, b.base + j * slot, b.st[j], b.ln[j], b.ii[j], &pre[j - i])
                 pre_second(c, pre, <int>(min(i + PRE_CHUNK, b.n) - i), b.ii + i)
-        p.pre = &pre[i % PRE_CHUNK] if ahead else NULL
+        p.pre = pnext
+        if pnext != NULL:
+            pnext += 1
         p.row = b.base + i * slot
         p.index = i
         p.start = b.st[i]
@@ -3532,13 +3537,14 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             memcpy(buf, p.row, exact)
             p.row = buf
             c.slot = exact
-            process_one(c, &p)
+            process_one(c, &p, use_fast)
             c.slot = slot
             memcpy(b.base + i * slot, buf, exact)
             free(buf)
         else:
-            process_one(c, &p)
-        tr(c, T_VERDICT, p.verdict, p.reason, NULL)
+            process_one(c, &p, use_fast)
+        if not use_fast:                  # (tracing turns the fast path off)
+            tr(c, T_VERDICT, p.verdict, p.reason, NULL)
         b.st[i] = p.start
         b.ln[i] = p.length
         b.l2[i] = p.l2len
