@@ -3319,7 +3319,7 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     # general path's; so are multicast destinations
     if ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
         return 0
-    if in6_is_loopback(ip6 + 8) or in6_is_loopback(ip6 + 24):
+    if (ip6[8] == 0 and in6_is_loopback(ip6 + 8)) or (ip6[24] == 0 and in6_is_loopback(ip6 + 24)):
         return 0
     plen = rd16(ip6 + 4)
     if plen == 0 or plen + IP6_HLEN > <uint32_t>p.l3len:
