@@ -539,6 +539,12 @@ cdef inline void rcache_put(const ctx_t* c, rcache_t* e, const uint8_t* daddr, u
 
 cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
                                  uint32_t iif, uint32_t* nmiss) noexcept nogil:
+    """fib6_cached_as() as the packet's path is: tracing or not."""
+    return fib6_cached_as(c, daddr, saddr, iif, nmiss, c.trace != NULL)
+
+
+cdef inline uint32_t fib6_cached_as(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
+                                    uint32_t iif, uint32_t* nmiss, bint tracing) noexcept nogil:
     """fib6_rule_lookup(), through the per-worker route cache, leaving the
     route's statistics alone.
 
@@ -547,10 +553,11 @@ cdef inline uint32_t fib6_cached(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     (two-way set associative; a new table generation empties it).  The cache changes
     how fast, never what: a hit returns what the walk returned, and how many
     tables missed on the way (``nmiss``: each miss is a hold and a release
-    of ip6_null_entry in refcount mode).  Traces walk the rules every time."""
+    of ip6_null_entry in refcount mode).  Traces walk the rules every time
+    (``tracing``: the fast path, which never traces, says so once)."""
     cdef rcache_t* e
     cdef uint32_t rt, v
-    if not c.rcache_on or c.trace != NULL:
+    if not c.rcache_on or tracing:
         c.rcache_misses += 1
         return fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
     e = rcache_bucket(c, daddr)
@@ -3024,7 +3031,7 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     else:
         # keyed by the segment in the SRH (the same bytes as the new DA, not
         # read back through the store just made)
-        rt2 = fib6_cached(c, known if known != NULL else srh + 8 + ((sl - 1) << 4), ip6 + 8, p.iif, &nmiss)
+        rt2 = fib6_cached_as(c, known if known != NULL else srh + 8 + ((sl - 1) << 4), ip6 + 8, p.iif, &nmiss, False)
     d2 = &c.dsts[rt2]
     nh = NULL
     if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
@@ -3159,7 +3166,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     if s.action == S6_END_DX6:
         if not in6_is_zero(s.nh6):
             known = s.nh6
-        rt2 = fib6_cached(c, known if known != NULL else inner + 24, inner + 8, p.iif, &nmiss)
+        rt2 = fib6_cached_as(c, known if known != NULL else inner + 24, inner + 8, p.iif, &nmiss, False)
     else:
         if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
             return False
@@ -3216,7 +3223,7 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
     if (ip6[0] >> 4) != 6 or ip6[24] == 0xFF:
         return
     e.k1 = start + l2 + 24
-    e.rt1 = fib6_cached(c, ip6 + 24, ip6 + 8, iif, &e.m1)
+    e.rt1 = fib6_cached_as(c, ip6 + 24, ip6 + 8, iif, &e.m1, False)
     d = &c.dsts[e.rt1]
     if d.type != RTN_UNICAST:
         return
@@ -3338,7 +3345,7 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
         nmiss = c.last_nmiss
     else:
         p.pre = NULL
-        rt = fib6_cached(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+        rt = fib6_cached_as(c, ip6 + 24, ip6 + 8, p.iif, &nmiss, False)
         if c.rcache_on and c.dsts[rt].encap_type == ENCAP_SEG6LOCAL:
             memcpy(c.last_da, ip6 + 24, 16)
             c.last_rt = rt
