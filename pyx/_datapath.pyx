@@ -252,6 +252,7 @@ cdef struct ctx_t:
     uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
     bint ahead                    # look routes up ahead (the last chunk missed the cache)
     uint64_t ahead_chunks         # chunks whose routes were looked up ahead
+    bint pre_bypass               # the last chunk's second lookups all but missed the cache
 
 
 cdef struct adj_t:                # a nexthop's way out, resolved when the tables are loaded
@@ -3266,10 +3267,17 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
     cdef int idx[PRE_CHUNK]
     cdef uint32_t rts[PRE_CHUNK]
     cdef uint32_t nms[PRE_CHUNK]
-    cdef int j, m = 0
+    cdef int j, m = 0, asked = 0
     cdef uint32_t v, rt
+    cdef bint bypass = c.pre_bypass and (c.ahead_chunks & 15) != 0
     for j in range(n):
         if pre[j].k2 == -1:
+            continue
+        asked += 1
+        if bypass:
+            keys[m] = pre[j].key2
+            idx[m] = j
+            m += 1
             continue
         if not c.rcache_on:
             c.rcache_misses += 1
@@ -3283,6 +3291,11 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
             m += 1
             continue
         prefetch_route(c, pre[j].rt2)
+    # nearly every destination new (random traffic past the cache's size):
+    # the next chunks skip the cache, probes and fills alike, looking again
+    # one chunk in sixteen
+    if not bypass:
+        c.pre_bypass = asked >= 16 and m * 8 >= asked * 7
     if m == 0:
         return
     c.rcache_misses += <uint64_t>m
@@ -3291,7 +3304,8 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
         rt = rts[j]
         pre[idx[j]].rt2 = rt
         pre[idx[j]].m2 = nms[j]
-        rcache_put(c, rcache_bucket(c, keys[j]), keys[j], rt, nms[j])
+        if not bypass:
+            rcache_put(c, rcache_bucket(c, keys[j]), keys[j], rt, nms[j])
         prefetch_route(c, rt)
 
 

@@ -252,6 +252,25 @@ def test_lookups_ahead(mode):
     assert b.fast_packets > 500
 
 
+@pytest.mark.parametrize("mode", ["noref", "refcount"])
+def test_lookups_ahead_past_the_cache(mode):
+    """Every next segment new (random traffic over more destinations than
+    the route cache holds): the lookups ahead then leave the cache alone
+    (no probe, no fill) for most chunks, and walk every second lookup."""
+    rng = np.random.default_rng(12)
+    pkts = []
+    for k in range(4000):
+        sid = ("fc00::e", "fc00::f", "fc00::10")[k % 3]
+        r = 1 + int(rng.integers(1 << 32))
+        seg = "2001:db8:%x::%x:%x" % ((0x99, 0x98, 0x97, 0x95, 0x77, 0xa)[k % 6], r >> 16, r & 0xFFFF)
+        hlim = 1 if k % 97 == 0 else 64
+        pkts.append(MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, hlim]) + _a("2001:db8:1::2")
+                    + _a(sid) + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid))
+    b = _same(pkts, ["tun0"] * len(pkts), mode)
+    assert b.ahead_chunks > 50
+    assert b.fast_packets > 2000
+
+
 def _ipip(sid, src4, dst4, ttl, size, df):
     hdr = bytearray([0x45, 0, 0, 0, 0, 0, 0x40 if df else 0, 0, ttl, 17, 0, 0])
     hdr += _a("::ffff:" + src4)[12:] + _a("::ffff:" + dst4)[12:]
