@@ -3269,20 +3269,17 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
     cdef uint32_t nms[PRE_CHUNK]
     cdef int j, m = 0, asked = 0
     cdef uint32_t v, rt
-    cdef bint bypass = c.pre_bypass and (c.ahead_chunks & 15) != 0
+    # (the bulk walk, like the cache, needs rules that look at the
+    # destination only: without the cache, each packet walks the rules)
+    cdef bint bypass = c.rcache_on and c.pre_bypass and (c.ahead_chunks & 15) != 0
     for j in range(n):
         if pre[j].k2 == -1:
             continue
         asked += 1
-        if bypass:
-            keys[m] = pre[j].key2
-            idx[m] = j
-            m += 1
-            continue
         if not c.rcache_on:
             c.rcache_misses += 1
             pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL)
-        elif rcache_get(c, rcache_bucket(c, pre[j].key2), pre[j].key2, &v):
+        elif not bypass and rcache_get(c, rcache_bucket(c, pre[j].key2), pre[j].key2, &v):
             pre[j].rt2 = v & 0xFFFFFF
             pre[j].m2 = v >> 24
         else:
@@ -3887,6 +3884,7 @@ cdef class Datapath:
             self.c.rcache_gen = 1
         r6 = rules6.reshape(-1, sizeof(fp_rule)) if len(rules6) else rules6
         self.c.rcache_on = not any(int(r6[k, 9]) or int(r6[k, 11]) for k in range(len(r6)))
+        self.c.pre_bypass = False
         r4 = rules4.reshape(-1, sizeof(fp_rule)) if len(rules4) else rules4
         self.c.rcache4_on = not any(int(r4[k, 9]) or int(r4[k, 11]) for k in range(len(r4)))
         self.c.lo_ifindex = lo_ifindex

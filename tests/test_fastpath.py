@@ -271,6 +271,35 @@ def test_lookups_ahead_past_the_cache(mode):
     assert b.fast_packets > 2000
 
 
+def test_lookups_ahead_past_the_cache_then_source_rules():
+    """Routers kept while a source rule arrives: the lookups ahead that were
+    leaving the cache alone now walk the rules with each packet's source
+    (a rule on the source turns the cache off)."""
+    rng = np.random.default_rng(13)
+    pkts = []
+    # (not a multiple of sixteen chunks: the rule arrives while the cache
+    # is being left alone)
+    for k in range(2400):
+        r = 1 + int(rng.integers(1 << 32))
+        src = "2001:db8:2::5" if k % 2 else "2001:db8:1::2"
+        pkts.append(MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a(src) + _a("fc00::f")
+                    + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a("2001:db8:99::%x:%x" % (r >> 16, r & 0xFFFF))
+                    + _a("fc00::f"))
+    fast, slow = _routers("noref")
+    for step in ("", RULES):
+        outs = []
+        for r in (fast, slow):
+            if step:
+                r.configure(step)
+            b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
+            r.process(b)
+            outs.append(b)
+        for f in ("data", "oif", "nexthop", "verdict", "reason", "dst"):
+            assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), (step, f)
+    # the rule took the packets from 2001:db8:2::/64 through table 100
+    assert {x.oif for x in outs[0].results()[1::2]} == {"tun2"}
+
+
 def _ipip(sid, src4, dst4, ttl, size, df):
     hdr = bytearray([0x45, 0, 0, 0, 0, 0, 0x40 if df else 0, 0, ttl, 17, 0, 0])
     hdr += _a("::ffff:" + src4)[12:] + _a("::ffff:" + dst4)[12:]
