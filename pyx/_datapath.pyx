@@ -2920,6 +2920,12 @@ cdef inline void fast_route(const ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogi
     note_route(c, p, rt)
 
 
+cdef inline bint fast_no_room(const ctx_t* c, const pkt_t* p, const adj_t* a) noexcept nogil:
+    """The Ethernet header would not fit in front of the packet as it is
+    (the general path then makes room, or drops)."""
+    return p.l3 < 18 and c.linktype == LINK_ETHERNET and (p.l3 < 14 or p.has_vlan or a.vlan)
+
+
 cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
                                        const fp_dst* d) noexcept nogil:
     """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
@@ -2940,8 +2946,7 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
     # checks, or by fast_dx6 for a decapsulated packet)
     if nh.oif != p.iif and (in6_is_zero(ip6 + 8) or in6_is_linklocal(ip6 + 8)):
         return NULL
-    # the Ethernet header must fit in front of the packet as it is
-    if p.l3 < 18 and c.linktype == LINK_ETHERNET and (p.l3 < 14 or p.has_vlan or a.vlan):
+    if fast_no_room(c, p, a):
         return NULL
     return nh
 
@@ -2959,11 +2964,11 @@ cdef inline void fast_out6(const ctx_t* c, pkt_t* p, uint8_t* ip6, const fp_nh* 
     p.reason = R_NONE
     p.oif = nh.oif
     memcpy(p.nexthop, via, 16)
-    fast_l2(c, p, nh, 6, 0x86DD, via, hint)
+    fast_l2(c, p, nh, 6, via, hint)
 
 
 cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_nh* nh, int family,
-                         uint16_t ethertype, const uint8_t* via, int32_t hint) noexcept nogil:
+                         const uint8_t* via, int32_t hint) noexcept nogil:
     """The frame of a forwarded packet, as l2_build() makes it, from the
     nexthop's adjacency (room for it checked beforehand).  ``via``: the
     packet's nexthop address; ``hint``: the first neighbour entry for it
@@ -2995,7 +3000,7 @@ cdef inline void fast_l2(const ctx_t* c, pkt_t* p, const fp_nh* nh, int family,
             mac = neigh_mac(c, nh.oif, family, via)
         if mac != NULL:
             memcpy(f, mac, 6)
-    wr16(f + l2 - 2, ethertype)
+    wr16(f + l2 - 2, 0x86DD if family == 6 else 0x0800)
     p.l2len = <uint16_t>l2
     p.start = p.l3 - l2
     p.length = p.l3len + l2
@@ -3118,7 +3123,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
         a = &c.adj[nh - c.nhs]
         if (a.mtu4 == 0                     # no such device, down, an IPv6 gateway
                 or <uint32_t>p.l3len > (d4.mtu if d4.mtu else a.mtu4)
-                or (p.l3 < 18 and c.linktype == LINK_ETHERNET and (p.l3 < 14 or p.has_vlan or a.vlan))):
+                or fast_no_room(c, p, a)):
             nh = NULL
     if nh != NULL and c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt4):
         nh = NULL                        # skb_dst_force() would fail: the general path drops
@@ -3135,12 +3140,12 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     memset(p.nexthop, 0, 16)
     if nh.flags & NHF_GATEWAY:
         memcpy(p.nexthop, nh.gw, 4)
-        fast_l2(c, p, nh, 4, 0x0800, nh.gw, -1)
+        fast_l2(c, p, nh, 4, nh.gw, -1)
     else:
         # the packet's destination (even when End.DX4 looked nh4 up, as
         # the kernel's rt_nexthop() for a route without gateway)
         memcpy(p.nexthop, ip4 + 16, 4)
-        fast_l2(c, p, nh, 4, 0x0800, ip4 + 16,
+        fast_l2(c, p, nh, 4, ip4 + 16,
                 c.s6l_nb[d.encap] if s.action == S6_END_DX4 and rd32(ip4 + 16) == rd32(s.nh4) else -1)
     fast_route(c, p, rt4)
     s6l_count(c, d, s, 0, len0)
