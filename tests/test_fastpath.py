@@ -220,6 +220,32 @@ def _same(pkts, iifs, mode="noref", linktype="ethernet", extra=""):
     return a
 
 
+def _end(sid, seg, src="2001:db8:1::2", hlim=64, l2=MAC):
+    """An End frame: a two-segment SRH (SL 1) whose next segment is ``seg``."""
+    return l2 + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, hlim]) + _a(src) + _a(sid) \
+        + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid)
+
+
+def _same_across(steps, pkts):
+    """Routers kept across configuration changes (``steps``, applied in
+    turn, "" for none): the same results batch by batch.  Returns the fast
+    router's batch of each step."""
+    fast, slow = _routers("noref")
+    out = []
+    for step in steps:
+        outs = []
+        for r in (fast, slow):
+            if step:
+                r.configure(step)
+            b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
+            r.process(b)
+            outs.append(b)
+        for f in ("data", "start", "length", "oif", "nexthop", "verdict", "reason", "dst"):
+            assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), (step, f)
+        out.append(outs[0])
+    return out
+
+
 IIFS = ["tun0", "tun0", "tun0", "tun1", "tun2"]
 
 
@@ -263,9 +289,7 @@ def test_lookups_ahead_past_the_cache(mode):
         sid = ("fc00::e", "fc00::f", "fc00::10")[k % 3]
         r = 1 + int(rng.integers(1 << 32))
         seg = "2001:db8:%x::%x:%x" % ((0x99, 0x98, 0x97, 0x95, 0x77, 0xa)[k % 6], r >> 16, r & 0xFFFF)
-        hlim = 1 if k % 97 == 0 else 64
-        pkts.append(MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, hlim]) + _a("2001:db8:1::2")
-                    + _a(sid) + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid))
+        pkts.append(_end(sid, seg, hlim=1 if k % 97 == 0 else 64))
     b = _same(pkts, ["tun0"] * len(pkts), mode)
     assert b.ahead_chunks > 50
     assert b.fast_packets > 2000
@@ -281,23 +305,11 @@ def test_lookups_ahead_past_the_cache_then_source_rules():
     # is being left alone)
     for k in range(2400):
         r = 1 + int(rng.integers(1 << 32))
-        src = "2001:db8:2::5" if k % 2 else "2001:db8:1::2"
-        pkts.append(MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a(src) + _a("fc00::f")
-                    + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a("2001:db8:99::%x:%x" % (r >> 16, r & 0xFFFF))
-                    + _a("fc00::f"))
-    fast, slow = _routers("noref")
-    for step in ("", RULES):
-        outs = []
-        for r in (fast, slow):
-            if step:
-                r.configure(step)
-            b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
-            r.process(b)
-            outs.append(b)
-        for f in ("data", "oif", "nexthop", "verdict", "reason", "dst"):
-            assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), (step, f)
+        pkts.append(_end("fc00::f", "2001:db8:99::%x:%x" % (r >> 16, r & 0xFFFF),
+                         src="2001:db8:2::5" if k % 2 else "2001:db8:1::2"))
+    last = _same_across(["", RULES], pkts)[-1]
     # the rule took the packets from 2001:db8:2::/64 through table 100
-    assert {x.oif for x in outs[0].results()[1::2]} == {"tun2"}
+    assert {x.oif for x in last.results()[1::2]} == {"tun2"}
 
 
 def _ipip(sid, src4, dst4, ttl, size, df):
@@ -376,8 +388,7 @@ def test_fast_path_raw_link():
 def test_fast_path_takes_its_cases():
     """The fast path is really used (not silently always falling back):
     its results match, and it runs where the general path would."""
-    pkt = MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") + _a("fc00::e") \
-        + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a("2001:db8:99::1") + _a("fc00::e")
+    pkt = _end("fc00::e", "2001:db8:99::1")
     fast, _ = _routers("noref")
     b = Batch.from_packets([pkt] * 64, iif="tun0", linktype="ethernet")
     fast.process(b)
@@ -426,11 +437,8 @@ def test_adjacencies_and_neighbours():
     tag = bytes.fromhex("8100") + (5).to_bytes(2, "big")
     pkts = []
     for l2 in (MAC, MAC + tag):
-        def end(sid, seg, l2=l2):
-            return l2 + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") \
-                + _a(sid) + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid)
         for seg in ("2001:db8:70::1", "2001:db8:99::1", "2001:db8:7::9", "2001:db8:3::9"):
-            pkts += [end("fc00::f", seg), end("fc00::30", seg), end("fc00::31", seg)]
+            pkts += [_end(sid, seg, l2=l2) for sid in ("fc00::f", "fc00::30", "fc00::31")]
         for dst4 in ("10.0.7.2", "10.0.7.3", "192.0.2.1"):
             p = _ipip("fc00::32", "198.51.100.1", dst4, 64, 8, True)
             pkts.append(l2 + p[12:])
@@ -458,29 +466,14 @@ def test_reconfiguration_between_batches():
     """Routers kept across configuration changes: nothing the fast path
     remembers between packets (the last destination's route, the route
     caches) outlives the tables it came from."""
-    def end(sid, seg):
-        return MAC + b"\x86\xdd" + bytes([0x60, 0, 0, 0, 0, 40, 43, 64]) + _a("2001:db8:1::2") + _a(sid) \
-            + bytes([59, 4, 4, 1, 1, 0, 0, 0]) + _a(seg) + _a(sid)
-    pkts = [end("fc00::f", "2001:db8:99::1")] * 8 + [end("fc00::f", "2001:db8:98::1")] * 8
-    fast, slow = _routers("noref")
+    pkts = [_end("fc00::f", "2001:db8:99::1")] * 8 + [_end("fc00::f", "2001:db8:98::1")] * 8
     steps = ["",
              "ip -6 route replace fc00::f/128 encap seg6local action End.X nh6 2001:db8:3::2 dev tun0",
              "ip -6 route del fc00::f/128",
              "ip -6 route add fc00::f/128 via 2001:db8:2::2 dev tun1",
              "ip -6 route replace fc00::f/128 encap seg6local action End dev tun0\n"
              "ip -6 route replace 2001:db8:99::/48 dev tun1"]
-    seen = set()
-    for step in steps:
-        outs = []
-        for r in (fast, slow):
-            if step:
-                r.configure(step)
-            b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
-            r.process(b)
-            outs.append(b)
-        for f in ("data", "start", "length", "oif", "nexthop", "verdict", "reason"):
-            assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), (step, f)
-        seen.add(tuple((x.verdict, x.oif, x.nexthop) for x in outs[0].results()))
+    seen = {tuple((x.verdict, x.oif, x.nexthop) for x in b.results()) for b in _same_across(steps, pkts)}
     assert len(seen) == len(steps)
 
 
