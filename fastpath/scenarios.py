@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 
-import numpy as np
-
 
 def _ipv6_forward_scenario(n_routes: int, batch: int, flows: int, rng):
     lines = ["ip -6 addr add 2001:db8:1::1/64 dev eth0",
@@ -141,64 +139,28 @@ def _end_fib_scenario(n_routes: int, batch: int, flows: int, rng):
     return "\n".join(lines), pkts, "eth0"
 
 
-# Prefix lengths of an Internet-shaped IPv6 FIB, in percent: roughly the
-# public table's (most routes /48, then the /32 and /29 allocations, /44,
-# /40 ...); an approximation for benchmarks, not a measurement.
-_INET_LENGTHS = {48: 46.0, 32: 13.0, 44: 8.0, 40: 6.0, 46: 4.0, 36: 3.5, 29: 3.5, 47: 2.5,
-                 45: 2.0, 42: 2.0, 38: 1.5, 34: 1.5, 33: 1.5, 43: 1.0, 41: 1.0, 39: 1.0,
-                 37: 0.5, 35: 0.5, 31: 0.5, 30: 0.5, 28: 0.5}
-# the RIRs' /12s (APNIC, ARIN, LACNIC, RIPE, AFRINIC) and their shares
-_INET_BLOCKS = ((0x240, 0.25), (0x260, 0.25), (0x280, 0.15), (0x2A0, 0.32), (0x2C0, 0.03))
-
-
-def inet_prefixes(n: int, rng) -> list:
-    """``n`` distinct IPv6 prefixes shaped like the Internet's table: holders
-    (/28-/32 allocations, one per six routes) spread over the RIRs' /12s, a
-    few of them announcing most of the more-specifics, which cluster in the
-    first /37 of their holder.  Their first 24 bits spread over tens of
-    thousands of tbl24 entries, so that random destinations miss the caches
-    in the LPM's first level too, as in a real FIB."""
-    lens = np.array(sorted(_INET_LENGTHS))
-    p = np.array([_INET_LENGTHS[k] for k in lens])
-    nh = max(1, n // 6)
-    blocks = rng.choice([b for b, _ in _INET_BLOCKS], nh, p=[w for _, w in _INET_BLOCKS])
-    holders = [(int(b) << 20 | int(x)) << 96 for b, x in zip(blocks, rng.integers(0, 1 << 20, nh))]
-    out, seen = [], set()
-    while len(out) < n:
-        k = 2 * (n - len(out)) + 16
-        ls = rng.choice(lens, k, p=p / p.sum())
-        hs = (nh * rng.random(k) ** 3).astype(np.int64)       # skewed: big holders first
-        hi = rng.integers(0, 1 << 63, k)
-        lo = rng.integers(0, 1 << 63, k)
-        for plen, h, a, b in zip(ls.tolist(), hs.tolist(), hi.tolist(), lo.tolist()):
-            v = holders[h]
-            if plen > 32:
-                v |= ((a << 64 | b) & ((1 << 96) - 1)) & ~(((1 << 5) - 1) << 91)   # bits 32..36 zero
-            v &= ~((1 << (128 - plen)) - 1) & ((1 << 128) - 1)
-            if (v, plen) not in seen:
-                seen.add((v, plen))
-                out.append(ipaddress.IPv6Network((v, plen)))
-                if len(out) == n:
-                    break
-    return out
-
-
 def _end_inet_scenario(n_routes: int, batch: int, flows: int, rng):
     """End whose next segments are random addresses in an Internet-shaped
-    FIB of ``n_routes`` prefixes (inet_prefixes), one per flow."""
+    FIB of ``n_routes`` prefixes (``bench_fib.internet_table``: the public
+    table's prefix lengths, allocation blocks in the RIRs' /12s, clustered
+    more-specifics), one per flow: random destinations miss the caches in
+    every level of the LPM, tbl24 included, as in a real FIB."""
+    from .bench_fib import internet_table, lookup_addresses
     lines = _srv6_base(0)
     sid = "fc00:1::100"
     lines.append(f"ip -6 route add {sid}/128 encap seg6local action End dev eth0")
-    nets = inet_prefixes(max(n_routes, 1), rng)
-    lines += [f"ip -6 route add {net} via 2001:db8:2::2 dev eth1" for net in nets]
-    picks = rng.integers(0, len(nets), flows)
-    hosts = [int(a) << 64 | int(b) for a, b in zip(rng.integers(0, 1 << 63, flows), rng.integers(0, 1 << 63, flows))]
+    seed = int(rng.integers(0, 1 << 31))
+    table = internet_table(6, max(n_routes, 1), seed=seed)
+    doc = ipaddress.IPv6Network("2001:db8::/32")     # the scenario's own addresses
+    lines += [f"ip -6 route add {net} via 2001:db8:2::2 dev eth1"
+              for net in table.networks() if not net.overlaps(doc)]
+    dsts = lookup_addresses(table, flows, seed=seed)[0]
     pkts = []
     for i in range(batch):
-        f = i % flows
-        net = nets[int(picks[f])]
-        nxt = int(net.network_address) | (hosts[f] & ((1 << (128 - net.prefixlen)) - 1))
-        pkts.append(_eth(_end_packet(sid, str(ipaddress.IPv6Address(nxt)))))
+        nxt = ipaddress.IPv6Address(dsts[i % flows].tobytes())
+        if nxt in doc:
+            nxt = ipaddress.IPv6Address("fc00:2::1")
+        pkts.append(_eth(_end_packet(sid, str(nxt))))
     return "\n".join(lines), pkts, "eth0"
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fastpath import bench_cref
-from fastpath.scenarios import SCENARIOS, _eth, _srv6_base, inet_prefixes
+from fastpath.scenarios import SCENARIOS, _eth, _srv6_base
 
 
 def _have_dpdk():
@@ -72,18 +72,19 @@ def exe(tmp_path_factory):
     return bench_cref.build(wd, "cc")[0], wd
 
 
-def _check(exe, cfg, frames, export_cfg=None):
+def _check(exe, cfg, frames, export_cfg=None, state=False):
     path, wd = exe[1] + "/input.bin", exe[1]
     data, names = bench_cref.export(export_cfg or cfg, frames, "eth0", 8)
     with open(path, "wb") as fp:
         fp.write(data)
-    return bench_cref.verify(exe[0], path, cfg, frames, "eth0", names, wd)
+    return bench_cref.verify(exe[0], path, cfg, frames, "eth0", names, wd, state=state)
 
 
 @needs_dpdk
-def test_same_frames_forwarded_at_the_edges(exe):
+@pytest.mark.parametrize("state", [False, True], ids=["plain", "route-state"])
+def test_same_frames_forwarded_at_the_edges(exe, state):
     frames = _edge_frames()
-    chk = _check(exe, CFG, frames)
+    chk = _check(exe, CFG, frames, state=state)
     # the 16 routes, hop limit 2, PadN, and the two that fit the MTU
     assert chk["frames"] == len(frames)
     assert chk["forwarded"] == 16 + 1 + 1 + 2
@@ -101,9 +102,10 @@ def test_a_difference_is_caught(exe):
 
 
 @needs_dpdk
-def test_random_end_fib_traffic(exe):
+@pytest.mark.parametrize("state", [False, True], ids=["plain", "route-state"])
+def test_random_end_inet_traffic(exe, state):
     cfg, frames, iif = SCENARIOS["End-inet"][1](3000, 512, 512, np.random.default_rng(7))
-    chk = _check(exe, cfg, frames)
+    chk = _check(exe, cfg, frames, state=state)
     assert chk == {"frames": 512, "forwarded": 512}
 
 
@@ -111,8 +113,8 @@ def test_random_end_fib_traffic(exe):
 def test_cli_side_by_side(capsys):
     assert bench_cref.main(["--runs", "1", "--duration", "0.1"]) == 0
     out = capsys.readouterr().out
-    assert "of 256 frames both forward the same 256" in out
-    assert "C, rte_lpm6" in out and "fastpath / C:" in out
+    assert "of 256 frames all three forward the same 256" in out
+    assert "C End, rte_lpm6, kernel's per-route state" in out and "fastpath, 1 worker" in out
 
 
 def test_cli_without_dpdk(monkeypatch, capsys):
@@ -128,12 +130,18 @@ def test_cli_bad_arguments(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_inet_prefixes_shape():
-    nets = inet_prefixes(20000, np.random.default_rng(3))
-    assert len(nets) == len(set(nets)) == 20000
-    assert nets == inet_prefixes(20000, np.random.default_rng(3))
-    lens = collections.Counter(n.prefixlen for n in nets)
-    assert lens.most_common(1)[0][0] == 48 and lens[48] > 0.35 * len(nets)
-    assert all(n.subnet_of(ipaddress.IPv6Network("2000::/3")) for n in nets)
+def test_end_inet_scenario():
+    """End-inet: next segments inside an Internet-shaped FIB, every frame
+    forwarded by an End through one of its routes."""
+    from fastpath import Batch, Router
+    cfg, frames, iif = SCENARIOS["End-inet"][1](5000, 300, 300, np.random.default_rng(5))
+    routes = [ln for ln in cfg.splitlines() if "via 2001:db8:2::2 dev eth1" in ln]
+    assert len(routes) > 4900
+    lens = collections.Counter(int(ln.split()[4].split("/")[1]) for ln in routes)
+    assert lens.most_common(2)[0][0] in (48, 32)
     # spread over many tbl24 entries, as a real table
-    assert len({int(n.network_address) >> 104 for n in nets}) > 1000
+    assert len({int(ipaddress.IPv6Network(ln.split()[4]).network_address) >> 104 for ln in routes}) > 500
+    r = Router()
+    r.configure(cfg)
+    res = r.process(Batch.from_packets(frames, iif=iif, linktype="ethernet")).results()
+    assert {x.verdict for x in res} == {"forward"}

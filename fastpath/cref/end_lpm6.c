@@ -16,9 +16,11 @@
  * ``python -m fastpath.bench_cref`` (which builds this program, checks that
  * its output is fastpath's byte for byte, then times both side by side).
  *
- *   end_lpm6 FILE verify OUT   process each frame once, write the results
- *   end_lpm6 FILE serve        per line of stdin (seconds), one timed run:
- *                              "ns/packet packets checksum" on stdout
+ *   end_lpm6 FILE verify OUT [state]   process each frame once, write the results
+ *   end_lpm6 FILE serve [state]        per line of stdin (seconds), one timed
+ *                                      run: "ns/packet packets checksum"
+ *
+ * "state": keep and touch the per-route state as the kernel does (below).
  *
  * Timing is as fastpath's Datapath.run_loop: batches restored from the
  * pool outside the timed region, clock_gettime around each batch.
@@ -63,6 +65,30 @@ struct nexthop {            /* 20 bytes */
     uint8_t eth[12];        /* destination (gateway's neighbour) and source MAC */
 };
 
+/* With "state": the per-route state the kernel keeps and fastpath models,
+ * touched on each lookup as ip6_pol_route does in noref mode with the lazy
+ * __use of seeds/003 -- the route entry (a fib6_info: type and nexthop
+ * read, __use and lastuse flushed at most once per tick) and this CPU's
+ * copy of it (rt6_get_pcpu_route: __use counted).  The LPM then returns a
+ * route, not a nexthop, as fastpath's does. */
+struct route_entry {        /* 64 bytes, as fastpath's fp_dst */
+    uint32_t nh;
+    uint32_t lastuse;
+    uint64_t use;
+    uint8_t pad[48];
+};
+
+struct route_pcpu {         /* 16 bytes, as fastpath's fp_pcpu */
+    uint32_t pad;
+    uint32_t lastuse;
+    uint64_t use;
+};
+
+static int with_state;
+static struct route_entry *rts;
+static struct route_pcpu *pcpu;
+static uint32_t jiffies;
+
 static struct rte_lpm6 *tables[2];
 static uint32_t table_default[2];       /* depth-0 route of each table, 0: none */
 static struct nexthop *nhs;
@@ -71,15 +97,34 @@ static uint32_t iif;
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
+/* the route's nexthop, with its use statistics ("state") */
+static inline uint32_t route_use(uint32_t v)
+{
+    struct route_entry *r;
+    struct route_pcpu *pc;
+    if (!with_state)
+        return v;
+    r = &rts[v];
+    pc = &pcpu[v];
+    pc->use++;
+    if (pc->lastuse != jiffies) {
+        r->use += pc->use;
+        r->lastuse = jiffies;
+        pc->use = 0;
+        pc->lastuse = jiffies;
+    }
+    return r->nh;
+}
+
 /* fib6_rule_lookup with the default rules: local, then main */
 static inline uint32_t route(const uint8_t *addr)
 {
-    uint32_t nh;
+    uint32_t v;
     for (int t = 0; t < 2; t++) {
-        if (rte_lpm6_lookup(tables[t], addr, &nh) == 0)
-            return nh;
+        if (rte_lpm6_lookup(tables[t], addr, &v) == 0)
+            return route_use(v);
         if (table_default[t])
-            return table_default[t];
+            return route_use(table_default[t]);
     }
     return 0;
 }
@@ -270,13 +315,22 @@ int main(int argc, char **argv)
         if (!tables[t])
             die(rte_strerror(rte_errno));
     }
+    with_state = argc > 3 && strcmp(argv[argc - 1], "state") == 0;
+    rts = aligned_alloc(64, (size_t)(h.n_routes + 1) * sizeof *rts);
+    pcpu = aligned_alloc(64, ((size_t)(h.n_routes + 1) * sizeof *pcpu + 63) / 64 * 64);
+    if (!rts || !pcpu)
+        die("out of memory");
+    memset(rts, 0, (size_t)(h.n_routes + 1) * sizeof *rts);
+    memset(pcpu, 0, (size_t)(h.n_routes + 1) * sizeof *pcpu);
     for (i = 0; i < h.n_routes; i++) {
         const struct file_route *r = &routes[i];
+        uint32_t v = with_state ? i + 1 : r->nh;    /* a route, or its nexthop */
         if (r->table > 1 || r->depth > 128 || r->nh >= h.n_nh)
             die("bad route");
+        rts[i + 1].nh = r->nh;
         if (r->depth == 0)
-            table_default[r->table] = r->nh;
-        else if (rte_lpm6_add(tables[r->table], r->prefix, r->depth, r->nh) != 0)
+            table_default[r->table] = v;
+        else if (rte_lpm6_add(tables[r->table], r->prefix, r->depth, v) != 0)
             die("rte_lpm6_add failed");
     }
 
@@ -328,6 +382,7 @@ int main(int argc, char **argv)
                 }
                 pos = (pos + h.batch) % h.n_frames;
                 t0 = now_ns();
+                jiffies = (uint32_t)(t0 / 4000000);     /* HZ=250, as fastpath's clock */
                 for (b = 0; b < h.batch; b++)
                     sink += (uint64_t)end_one(bufs + (size_t)b * h.slot, lens[b], &oifs[b]) + oifs[b];
                 busy += now_ns() - t0;
