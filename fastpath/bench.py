@@ -445,18 +445,25 @@ def run(argv=None, out=sys.stdout) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def run_cli(prog: str, run_fn, argv=None) -> int:
+    """A benchmark CLI's exit code: ``run_fn(argv)``'s, or one line on
+    stderr and 2 for bad arguments, 130 when interrupted, 1 for an error of
+    the system or the input (never a traceback)."""
     try:
-        return run(argv)
+        return run_fn(argv)
     except UsageError as e:
-        print(f"python -m fastpath.bench: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("python -m fastpath.bench: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError) as e:
-        print(f"python -m fastpath.bench: error: {e}", file=sys.stderr)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
+
+
+def main(argv=None) -> int:
+    return run_cli("python -m fastpath.bench", run, argv)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,6 @@ lookup touches for the lazy ``__use`` statistics).  This module
 """
 from __future__ import annotations
 
-import argparse
-import ipaddress
 import json
 import os
 import shutil
@@ -35,10 +33,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
+from .bench import UsageError, _Parser, run_cli
 from .scenarios import SCENARIOS
 
 BEHAVIORS = ("End", "End-fib", "End-inet")
@@ -51,15 +49,6 @@ _REC = 5                                # verify output: verdict u8, oif u16, le
 SIDES = {"c": "C End, rte_lpm6",
          "c_state": "C End, rte_lpm6, kernel's per-route state",
          "fastpath": "fastpath, 1 worker (noref, lazy use stats)"}
-
-
-class UsageError(Exception):
-    """Bad arguments or a missing prerequisite: one line on stderr, exit 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def _parser():
@@ -298,17 +287,7 @@ def run(argv=None, out=None) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        return run(argv)
-    except UsageError as e:
-        print(f"python -m fastpath.bench_cref: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("python -m fastpath.bench_cref: interrupted", file=sys.stderr)
-        return 130
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f"python -m fastpath.bench_cref: error: {e}", file=sys.stderr)
-        return 1
+    return run_cli("python -m fastpath.bench_cref", run, argv)
 
 
 if __name__ == "__main__":
