@@ -162,13 +162,21 @@ def build(workdir: str, cc: str) -> tuple:
     return exe, f"{os.path.basename(SOURCE)}, {cc} -O3, DPDK {ver} rte_lpm6"
 
 
-def verify(exe: str, path: str, cfg: str, frames: list, iif: str, names: dict, workdir: str,
-           state: bool = False) -> dict:
-    """Run every frame once through both (the C program with the kernel's
-    per-route state or without); raise RuntimeError on the first frame they
-    treat differently.  Returns the counts."""
+def fastpath_results(cfg: str, frames: list, iif: str) -> list:
+    """What fastpath does with each frame (one Router, fast path on)."""
     from .batch import Batch
     from .router import Router
+    router = Router()
+    router.configure(cfg)
+    return router.process(Batch.from_packets(frames, iif=iif, linktype="ethernet")).results()
+
+
+def verify(exe: str, path: str, cfg: str, frames: list, iif: str, names: dict, workdir: str,
+           state: bool = False, results=None) -> dict:
+    """Run every frame once through both (the C program with the kernel's
+    per-route state or without; fastpath's ``results`` when already known);
+    raise RuntimeError on the first frame they treat differently.  Returns
+    the counts."""
     outp = os.path.join(workdir, "verify.out")
     res = subprocess.run([exe, path, "verify", outp] + (["state"] if state else []),
                          capture_output=True, text=True)
@@ -177,10 +185,7 @@ def verify(exe: str, path: str, cfg: str, frames: list, iif: str, names: dict, w
     with open(outp, "rb") as f:
         raw = f.read()
     slot = (len(raw) // len(frames)) - _REC
-    router = Router()
-    router.configure(cfg)
-    b = Batch.from_packets(frames, iif=iif, linktype="ethernet")
-    fp = router.process(b).results()
+    fp = results if results is not None else fastpath_results(cfg, frames, iif)
     fwd = 0
     for i, r in enumerate(fp):
         rec = raw[i * (slot + _REC):(i + 1) * (slot + _REC)]
@@ -249,16 +254,20 @@ def run(argv=None, out=None) -> int:
         with open(path, "wb") as f:
             f.write(data)
         print(f"# C reference: {what}", file=out)
-        chk = verify(exe, path, cfg, frames, iif, names, wd)
-        verify(exe, path, cfg, frames, iif, names, wd, state=True)
+        fp = fastpath_results(cfg, frames, iif)
+        chk = verify(exe, path, cfg, frames, iif, names, wd, results=fp)
+        verify(exe, path, cfg, frames, iif, names, wd, state=True, results=fp)
+        del fp
         print(f"# checked: of {chk['frames']} frames all three forward the same {chk['forwarded']}, "
               "on the same devices, with the same bytes", file=out, flush=True)
         ns = {k: [] for k in SIDES}
         with Dataplane(cfg, workers=1, mode="noref", use_stats="lazy",
                        max_routes=max(1 << 16, 2 * args.fib_size + 1024)) as dp:
             cpu = list(dp.cpus)[0] if dp.cpus else None
-            refs = {"c": _Reference(exe, path, cpu), "c_state": _Reference(exe, path, cpu, state=True)}
+            refs = {}
             try:
+                refs["c"] = _Reference(exe, path, cpu)
+                refs["c_state"] = _Reference(exe, path, cpu, state=True)
                 for _ in range(args.runs):
                     for k, ref in refs.items():
                         ns[k].append(ref.run(args.duration))
