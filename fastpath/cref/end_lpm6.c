@@ -281,7 +281,7 @@ int main(int argc, char **argv)
     uint32_t i, b;
 
     if (argc < 3 || (strcmp(argv[2], "verify") == 0 && argc < 4))
-        die("usage: end_lpm6 FILE verify OUT | end_lpm6 FILE serve");
+        die("usage: end_lpm6 FILE verify OUT [state] | end_lpm6 FILE serve [state]");
     raw = read_all(argv[1], &size);
     if (size < sizeof h)
         die("input file too short");
