@@ -25,6 +25,7 @@ lookup touches for the lazy ``__use`` statistics).  This module
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from .bench import UsageError, _Parser, run_cli
 from .scenarios import SCENARIOS
 
 BEHAVIORS = ("End", "End-fib", "End-inet")
+SID = "fc00:1::100"                     # the scenarios' End SID (a /128 route)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cref", "end_lpm6.c")
 NH_NONE, NH_FWD, NH_END, NH_OTHER = 0, 1, 2, 3
 _HDR = struct.Struct("<8s8I")
@@ -60,6 +62,9 @@ def _parser():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--pool", type=int, default=0,
                     help="frames gone round (default: one batch), as python -m fastpath.bench")
+    ap.add_argument("--sid-len", type=int, default=128, metavar="LEN",
+                    help="prefix length of the End SID's route, 32..128 (default 128, as the "
+                         "scenarios; rte_lpm6 walks one level per byte past the first 24 bits)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per run")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler (default: $CC or cc)")
@@ -243,8 +248,13 @@ def run(argv=None, out=None) -> int:
             raise UsageError(f"--{k.replace('_', '-')} must be at least 1")
     if args.pool < 0 or args.duration <= 0:
         raise UsageError("--pool must be >= 0 and --duration > 0")
+    if not 32 <= args.sid_len <= 128:
+        raise UsageError("--sid-len must be between 32 and 128")
     args.pcap = None
     cfg, frames, iif, lt = _traffic(args, args.behavior)
+    if args.sid_len != 128:
+        sid = ipaddress.IPv6Network(f"{SID}/{args.sid_len}", strict=False)
+        cfg = cfg.replace(f"{SID}/128", str(sid))
     topo = topology.read_topology()
     print(f"# {topo.describe()}", file=out)
     with tempfile.TemporaryDirectory(prefix="fastpath-cref-") as wd:
@@ -278,7 +288,8 @@ def run(argv=None, out=None) -> int:
                     ref.close()
     med = {k: statistics.median(v) for k, v in ns.items()}
     print(f"\n{args.behavior}: {SCENARIOS[args.behavior][0]}", file=out)
-    print(f"FIB {args.fib_size} routes, {args.flows} flows, pool {max(args.pool, args.batch)}, "
+    print(f"FIB {args.fib_size} routes, SID route /{args.sid_len}, {args.flows} flows, "
+          f"pool {max(args.pool, args.batch)}, "
           f"batch {args.batch}; ns/packet, median (min-max) of {args.runs} run(s) x {args.duration:g} s, "
           f"alternating on CPU {cpu}", file=out)
     print(f"{'':<46}{'ns/packet':>22}{'Mpps':>9}{'fastpath/it':>13}", file=out)

@@ -111,8 +111,9 @@ def test_random_end_inet_traffic(exe, state):
 
 @needs_dpdk
 def test_cli_side_by_side(capsys):
-    assert bench_cref.main(["--runs", "1", "--duration", "0.1"]) == 0
+    assert bench_cref.main(["--runs", "1", "--duration", "0.1", "--sid-len", "48"]) == 0
     out = capsys.readouterr().out
+    assert "SID route /48" in out
     assert "of 256 frames all three forward the same 256" in out
     assert "C End, rte_lpm6, kernel's per-route state" in out and "fastpath, 1 worker" in out
 
@@ -127,6 +128,7 @@ def test_cli_without_dpdk(monkeypatch, capsys):
 def test_cli_bad_arguments(capsys):
     assert bench_cref.main(["--runs", "0"]) == 2
     assert bench_cref.main(["--behavior", "End.X"]) == 2
+    assert bench_cref.main(["--sid-len", "16"]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
 
