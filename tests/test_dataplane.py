@@ -40,7 +40,7 @@ def _mixed_packets(pkts, n):
     return out
 
 
-@pytest.mark.parametrize("name", ["End", "End.DX4", "End.DT6", "ipv6-forward"])
+@pytest.mark.parametrize("name", ["End", "End.DX4", "End.DT6", "ipv6-forward", "End-inet"])
 @pytest.mark.parametrize("mode", ["noref", "refcount"])
 def test_process_gives_what_the_router_gives_in_order(name, mode):
     cfg, pkts, iif = scenario(name)
