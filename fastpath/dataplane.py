@@ -159,18 +159,8 @@ def _snapshot_arrays(t: Tables):
         for k, (t24, grp) in enumerate(lst):
             arrays.append((f"lpm{fam}_{k}_tbl24", t24))
             arrays.append((f"lpm{fam}_{k}_groups", grp))
-            if fam == 6:
-                arrays.append((f"lpm6_{k}_used16", used16(t24)))
             lpms.append((fam, k))
     return arrays, lpms
-
-
-def used16(t24: np.ndarray) -> np.ndarray:
-    """An IPv6 table's /16 filter, as Datapath.load makes it from a tbl24
-    it may read (bit b of word b // 64: some of the 256 entries of /16 b
-    are not 0), made here so that workers never read a sparse shared tbl24."""
-    bits = t24.reshape(65536, 256).any(axis=1)
-    return np.packbits(bits, bitorder="little").view("<u8").copy()
 
 
 def _write_snapshot(name: str, t: Tables, kwargs: dict, ifindex: dict, ifnames: dict):
@@ -206,8 +196,7 @@ def _read_snapshot(buf):
     base = _align(8 + n, 4096)
     arr = {aname: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=base + off)
            for aname, dt, shape, off in meta["layout"]}
-    lpm6 = [(arr[f"lpm6_{k}_tbl24"], arr[f"lpm6_{k}_groups"], arr[f"lpm6_{k}_used16"])
-            for fam, k in meta["lpms"] if fam == 6]
+    lpm6 = [(arr[f"lpm6_{k}_tbl24"], arr[f"lpm6_{k}_groups"]) for fam, k in meta["lpms"] if fam == 6]
     lpm4 = [(arr[f"lpm4_{k}_tbl24"], arr[f"lpm4_{k}_groups"]) for fam, k in meta["lpms"] if fam == 4]
     return arr, lpm6, lpm4, meta
 

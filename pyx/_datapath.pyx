@@ -493,23 +493,6 @@ cdef inline uint64_t in6_hash(const uint8_t* daddr) noexcept nogil:
     return (a ^ (b * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL
 
 
-cdef inline bint lpm6_may_match(const fp_lpm* l, const uint8_t* daddr) noexcept nogil:
-    """False when no prefix of the table can hold ``daddr``: its /16 has no
-    entry in tbl24 (a bitmap made at load, 8 KiB, stays cached), so the
-    lookup, which would read a tbl24 line at random and miss, is skipped.
-    Tables sparse in the address space (local, a VRF's) are most lookups'
-    first miss in a rule walk."""
-    cdef uint32_t b = (<uint32_t>daddr[0] << 8) | daddr[1]
-    return (l.used16[b >> 6] >> (b & 63)) & 1
-
-
-cdef inline uint32_t lpm6_table_lookup(const fp_lpm* l, const uint8_t* daddr) noexcept nogil:
-    """lpm6_lookup() in a loaded table, past its /16 filter."""
-    if not lpm6_may_match(l, daddr):
-        return 0
-    return lpm6_lookup(l.tbl24, l.groups, daddr)
-
-
 cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexcept nogil:
     """The route cache's pair of entries for a destination."""
     # two-way set associative: the pair (2k, 2k + 1), most recent first
@@ -527,7 +510,7 @@ cdef inline uint32_t lpm6_cached(ctx_t* c, int32_t slot, const uint8_t* daddr) n
         return e[0].v
     if e[1].gen == c.rcache_gen and e[1].slot == slot and eq16(e[1].daddr, daddr):
         return e[1].v
-    v = lpm6_table_lookup(&c.lpm6[slot], daddr)
+    v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
     e[1] = e[0]
     memcpy(e[0].daddr, daddr, 16)
     e[0].v = v
@@ -693,7 +676,7 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
         if r.action == FR_ACT_TO_TBL:
             if r.slot < 0 or <uint32_t>r.slot >= c.nlpm6:
                 continue
-            v = lpm6_table_lookup(&c.lpm6[r.slot], daddr)
+            v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
             tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
             if v == 0 or v >= c.ndst or c.dsts[v].type == RTN_THROW:
                 if nmiss[0] < 255:
@@ -750,10 +733,7 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
             grp = c.lpm6[r.slot].groups
             for q in range(m):
                 a = keys[pend[q]]
-                if lpm6_may_match(&c.lpm6[r.slot], a):
-                    e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
-                else:
-                    e[q] = 0
+                e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
                 lvl[q] = 3
             more = True
             while more:
@@ -3827,19 +3807,10 @@ cdef class Datapath:
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
         self.c.nrules4 = len(rules4)
-        for k, ent in enumerate(lpm6):
-            t24, grp = ent[0], ent[1]
+        for k, (t24, grp) in enumerate(lpm6):
             _check_lpm(t24, grp)
             self.lpm6_buf[k].tbl24 = <const uint32_t*>cnp.PyArray_DATA(t24)
             self.lpm6_buf[k].groups = <const uint32_t*>cnp.PyArray_DATA(grp)
-            if len(ent) > 2:        # made by the writer (a sparse shared tbl24 stays unread)
-                used = ent[2]
-                _check_array(used, "used16", cnp.NPY_UINT64, 1, 1024)
-            else:
-                used = np.zeros(1024, dtype=np.uint64)
-                _used16(<const uint32_t*>cnp.PyArray_DATA(t24), <uint64_t*>cnp.PyArray_DATA(used))
-            refs.append(used)
-            self.lpm6_buf[k].used16 = <const uint64_t*>cnp.PyArray_DATA(used)
         for k, (t24, grp) in enumerate(lpm4):
             _check_lpm(t24, grp)
             self.lpm4_buf[k].tbl24 = <const uint32_t*>cnp.PyArray_DATA(t24)
@@ -4333,22 +4304,6 @@ cdef _check_array(object a, str name, int typenum, int ndim, Py_ssize_t n):
         raise ValueError("batch metadata arrays must all have one entry per packet")
     if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a):
         raise ValueError(f"{name} must be writeable")
-
-
-cdef void _used16(const uint32_t* t24, uint64_t* out) noexcept nogil:
-    """The /16 filter of an IPv6 table (lpm6_may_match): a bit per 256
-    tbl24 entries, set when any of them is not 0.  Read at each load (the
-    tables do not change while loaded); mostly the zero page of a sparse
-    tbl24."""
-    cdef uint32_t b, j
-    cdef uint64_t acc
-    cdef const uint64_t* w = <const uint64_t*>t24      # 128 words per /16
-    for b in range(65536):
-        acc = 0
-        for j in range(128):
-            acc |= w[(<size_t>b << 7) + j]
-        if acc:
-            out[b >> 6] |= (<uint64_t>1) << (b & 63)
 
 
 def _check_lpm(t24, grp):

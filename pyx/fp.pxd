@@ -276,7 +276,6 @@ ctypedef struct fp_hmac_key:     # 136 bytes: one `ip sr hmac set` key
 ctypedef struct fp_lpm:          # one table's LPM arrays (process-local pointers)
     const uint32_t* tbl24
     const uint32_t* groups
-    const uint64_t* used16        # IPv6: bit per /16, clear when its 256 tbl24 entries are all 0
 
 
 # --- byte helpers -------------------------------------------------------------
