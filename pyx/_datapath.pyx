@@ -499,6 +499,12 @@ cdef inline rcache_t* rcache_bucket(const ctx_t* c, const uint8_t* daddr) noexce
     return &c.rcache[(in6_hash(daddr) >> (64 - RCACHE_BITS)) & ~(<uint64_t>1)]
 
 
+cdef inline uint32_t table_route(const ctx_t* c, uint32_t v, uint32_t miss) noexcept nogil:
+    """The route of a lookup in one table (End.T/DT4/DT6, vrftable): what the
+    LPM found, or ``miss`` for no entry or a throw route."""
+    return v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else miss
+
+
 cdef inline uint32_t lpm6_cached(ctx_t* c, int32_t slot, const uint8_t* daddr) noexcept nogil:
     """lpm6_lookup() in one table (End.T, End.DT6; ``slot`` valid), through a
     per-worker cache by table and destination: a hit returns what the
@@ -2034,8 +2040,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
             dst_hold_pkt(c, p, rt)
         return rt
     else:
-        v = lpm6_cached(c, slot, daddr)
-        rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
+        rt = table_route(c, lpm6_cached(c, slot, daddr), DST_IP6_NULL)
         tr(c, T_TABLE, slot, rt, daddr)
         dst_use(c, rt)
         if c.refmode != MODE_NOREF and not dst_hold_pkt(c, p, rt):
@@ -2742,7 +2747,7 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         return -1
     if slot >= 0:
         v = lpm4_lookup(c.lpm4[slot].tbl24, c.lpm4[slot].groups, daddr) if <uint32_t>slot < c.nlpm4 else 0
-        rt = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
+        rt = table_route(c, v, DST_IP4_NOROUTE)
     else:
         rt = fib4_cached(c, daddr, saddr, p.iif)
     p.dst = rt
@@ -3088,7 +3093,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     ip_forward, when the packet leaves by a unicast route unfragmented."""
     cdef uint8_t* ip4 = ip6 + IP6_HLEN
     cdef int32_t len0 = p.l3len
-    cdef uint32_t saddr, daddr, v, rt4
+    cdef uint32_t saddr, daddr, rt4
     cdef const fp_dst* d4
     cdef const fp_nh* nh
     cdef const adj_t* a
@@ -3105,8 +3110,8 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     if s.action == S6_END_DT4:
         if s.slot4 < 0 or <uint32_t>s.slot4 >= c.nlpm4:
             return False
-        v = lpm4_lookup(c.lpm4[s.slot4].tbl24, c.lpm4[s.slot4].groups, daddr)
-        rt4 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP4_NOROUTE
+        rt4 = table_route(c, lpm4_lookup(c.lpm4[s.slot4].tbl24, c.lpm4[s.slot4].groups, daddr),
+                          DST_IP4_NOROUTE)
     else:
         rt4 = fib4_cached(c, daddr, saddr, p.iif)
     d4 = &c.dsts[rt4]
@@ -3160,7 +3165,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     leaves by a unicast route."""
     cdef uint8_t* inner = ip6 + IP6_HLEN
     cdef int32_t len0 = p.l3len
-    cdef uint32_t rt2, nmiss = 0, v
+    cdef uint32_t rt2, nmiss = 0
     cdef const fp_dst* d2
     cdef const fp_nh* nh = NULL
     cdef const uint8_t* known = NULL
@@ -3176,8 +3181,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     else:
         if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
             return False
-        v = lpm6_cached(c, s.slot6, inner + 24)
-        rt2 = v if (v != 0 and v < c.ndst and c.dsts[v].type != RTN_THROW) else DST_IP6_NULL
+        rt2 = table_route(c, lpm6_cached(c, s.slot6, inner + 24), DST_IP6_NULL)
     d2 = &c.dsts[rt2]
     if d2.type != RTN_UNICAST or d2.encap_type != ENCAP_NONE or (d2.flags & DSTF_DEAD):
         return False
