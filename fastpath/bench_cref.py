@@ -74,15 +74,15 @@ def _parser():
 
 # -- the reference's input ---------------------------------------------------------
 
-def export(cfg: str, frames: list, iif: str, batch: int) -> tuple:
-    """(bytes of the C program's input file, interface names by index).
+def export(st, frames: list, iif: str, batch: int) -> tuple:
+    """(bytes of the C program's input file, interface names by index), for
+    a configuration ``st`` (a ``config.State``: a Router's ``state``).
 
     Routes of the local and main IPv6 tables; a nexthop per route: End
     (seg6local End without flavors or counters), forward (unicast through a
     gateway with a known neighbour, one nexthop, no metrics the C program
     does not model) or other (anything else: the C program hands it back)."""
-    from .config import State, RT_TABLE_MAIN
-    st = State().apply(cfg)
+    from .config import RT_TABLE_MAIN
     names = {itf.ifindex: n for n, itf in st.interfaces.items()}
     if iif not in st.interfaces:
         raise UsageError(f"ingress interface {iif!r} is not in the configuration")
@@ -167,12 +167,17 @@ def build(workdir: str, cc: str) -> tuple:
     return exe, f"{os.path.basename(SOURCE)}, {cc} -O3, DPDK {ver} rte_lpm6"
 
 
-def fastpath_results(cfg: str, frames: list, iif: str) -> list:
-    """What fastpath does with each frame (one Router, fast path on)."""
-    from .batch import Batch
+def configured(cfg: str):
+    """A Router (fast path on) with ``cfg``; its ``state`` is what export() takes."""
     from .router import Router
     router = Router()
     router.configure(cfg)
+    return router
+
+
+def fastpath_results(router, frames: list, iif: str) -> list:
+    """What fastpath does with each frame."""
+    from .batch import Batch
     return router.process(Batch.from_packets(frames, iif=iif, linktype="ethernet")).results()
 
 
@@ -190,7 +195,7 @@ def verify(exe: str, path: str, cfg: str, frames: list, iif: str, names: dict, w
     with open(outp, "rb") as f:
         raw = f.read()
     slot = (len(raw) // len(frames)) - _REC
-    fp = results if results is not None else fastpath_results(cfg, frames, iif)
+    fp = results if results is not None else fastpath_results(configured(cfg), frames, iif)
     fwd = 0
     for i, r in enumerate(fp):
         rec = raw[i * (slot + _REC):(i + 1) * (slot + _REC)]
@@ -259,12 +264,15 @@ def run(argv=None, out=None) -> int:
     print(f"# {topo.describe()}", file=out)
     with tempfile.TemporaryDirectory(prefix="fastpath-cref-") as wd:
         exe, what = build(wd, args.cc)
-        data, names = export(cfg, frames, iif, args.batch)
+        # (the configuration parsed once, for both: 220k routes take seconds)
+        router = configured(cfg)
+        data, names = export(router.state, frames, iif, args.batch)
         path = os.path.join(wd, "input.bin")
         with open(path, "wb") as f:
             f.write(data)
         print(f"# C reference: {what}", file=out)
-        fp = fastpath_results(cfg, frames, iif)
+        fp = fastpath_results(router, frames, iif)
+        del router
         chk = verify(exe, path, cfg, frames, iif, names, wd, results=fp)
         verify(exe, path, cfg, frames, iif, names, wd, state=True, results=fp)
         del fp

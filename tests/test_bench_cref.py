@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fastpath import bench_cref
+from fastpath.config import State
 from fastpath.scenarios import SCENARIOS, _eth, _srv6_base
 
 
@@ -74,7 +75,7 @@ def exe(tmp_path_factory):
 
 def _check(exe, cfg, frames, export_cfg=None, state=False):
     path, wd = exe[1] + "/input.bin", exe[1]
-    data, names = bench_cref.export(export_cfg or cfg, frames, "eth0", 8)
+    data, names = bench_cref.export(State().apply(export_cfg or cfg), frames, "eth0", 8)
     with open(path, "wb") as fp:
         fp.write(data)
     return bench_cref.verify(exe[0], path, cfg, frames, "eth0", names, wd, state=state)

@@ -316,18 +316,21 @@ int main(int argc, char **argv)
             die(rte_strerror(rte_errno));
     }
     with_state = argc > 3 && strcmp(argv[argc - 1], "state") == 0;
-    rts = aligned_alloc(64, (size_t)(h.n_routes + 1) * sizeof *rts);
-    pcpu = aligned_alloc(64, ((size_t)(h.n_routes + 1) * sizeof *pcpu + 63) / 64 * 64);
-    if (!rts || !pcpu)
-        die("out of memory");
-    memset(rts, 0, (size_t)(h.n_routes + 1) * sizeof *rts);
-    memset(pcpu, 0, (size_t)(h.n_routes + 1) * sizeof *pcpu);
+    if (with_state) {           /* route 0: none; entries on their own lines */
+        rts = aligned_alloc(64, (size_t)(h.n_routes + 1) * sizeof *rts);
+        pcpu = aligned_alloc(64, ((size_t)(h.n_routes + 1) * sizeof *pcpu + 63) / 64 * 64);
+        if (!rts || !pcpu)
+            die("out of memory");
+        memset(rts, 0, (size_t)(h.n_routes + 1) * sizeof *rts);
+        memset(pcpu, 0, (size_t)(h.n_routes + 1) * sizeof *pcpu);
+    }
     for (i = 0; i < h.n_routes; i++) {
         const struct file_route *r = &routes[i];
         uint32_t v = with_state ? i + 1 : r->nh;    /* a route, or its nexthop */
         if (r->table > 1 || r->depth > 128 || r->nh >= h.n_nh)
             die("bad route");
-        rts[i + 1].nh = r->nh;
+        if (with_state)
+            rts[i + 1].nh = r->nh;
         if (r->depth == 0)
             table_default[r->table] = v;
         else if (rte_lpm6_add(tables[r->table], r->prefix, r->depth, v) != 0)
