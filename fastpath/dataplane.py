@@ -55,7 +55,7 @@ from .batch import LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
 from .router import MODES, USE_STATS, _check_gateways, fragment_batch, load_kwargs, prepare_batch
-from .tables import DST_DTYPE, DSTF_DEAD, PCPU_DTYPE, Tables, compile_tables
+from .tables import DST_DTYPE, PCPU_DTYPE, Tables, compile_tables
 
 __all__ = ["Dataplane", "DataplaneError"]
 
@@ -104,11 +104,14 @@ def _align(n: int, a: int = 4096) -> int:
 
 
 def _core_layout(nworkers: int, max_dsts: int):
+    """Offsets in the core segment: control lines, route entries, their
+    fast-path words (Tables.dfast), then each worker's per-route copies."""
     ctl = LINE * (2 + nworkers)
     dsts = _align(ctl)
-    pcpu = _align(dsts + 64 * max_dsts)
+    dfast = _align(dsts + 64 * max_dsts)
+    pcpu = _align(dfast + 4 * max_dsts)
     stride = _align(16 * max_dsts, LINE)
-    return ctl, dsts, pcpu, stride, pcpu + stride * nworkers
+    return ctl, dsts, dfast, pcpu, stride, pcpu + stride * nworkers
 
 
 def _io_layout(cap: int, slot: int):
@@ -211,9 +214,10 @@ class _Worker:
     def __init__(self, prefix, w, nworkers, max_dsts, mode, use_stats, check_gen):
         self.prefix, self.w = prefix, w
         self.core = _Mapped(prefix + "core")
-        ctl, dsts_off, pcpu_off, stride, _ = _core_layout(nworkers, max_dsts)
+        ctl, dsts_off, dfast_off, pcpu_off, stride, _ = _core_layout(nworkers, max_dsts)
         self.ctl = np.ndarray(ctl // 8, dtype=np.uint64, buffer=self.core.buf)
         self.dsts = np.ndarray((max_dsts, 64), dtype=np.uint8, buffer=self.core.buf, offset=dsts_off)
+        self.dfast = np.ndarray(max_dsts, dtype=np.uint32, buffer=self.core.buf, offset=dfast_off)
         self.pcpu = np.ndarray((max_dsts, 16), dtype=np.uint8, buffer=self.core.buf,
                                offset=pcpu_off + stride * w)
         self.line = C_WORKERS + W_CTL * w
@@ -247,7 +251,7 @@ class _Worker:
         arr, lpm6, lpm4, meta = _read_snapshot(snap.buf)
         self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"], arr["rules6"],
                      arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"], arr["hmac_keys"],
-                     **meta["kwargs"])
+                     dfast=self.dfast, **meta["kwargs"])
         self.snap, self.seq, self.ifindex = snap, seq, meta["ifindex"]
         self.ctl[self.line + Q_SEQ] = seq
 
@@ -417,7 +421,7 @@ class Dataplane:
         try:
             self._create_core()
             self.state = State()
-            self._tables = Tables(dsts=self._dsts, max_dsts=self.max_dsts)
+            self._tables = Tables(dsts=self._dsts, dfast=self._dfast, max_dsts=self.max_dsts)
             self._tables = compile_tables(self.state, self._tables)
             if isinstance(config, State):
                 self._apply_state(config)
@@ -441,7 +445,7 @@ class Dataplane:
         return shm
 
     def _create_core(self):
-        ctl, dsts_off, pcpu_off, stride, total = _core_layout(self.nworkers, self.max_dsts)
+        ctl, dsts_off, dfast_off, pcpu_off, stride, total = _core_layout(self.nworkers, self.max_dsts)
         shm = self._create(self.prefix + "core", total)
         self._ctl = np.ndarray(ctl // 8, dtype=np.uint64, buffer=shm.buf)
         self._ctl[:] = 0
@@ -452,6 +456,7 @@ class Dataplane:
         raw = np.ndarray(self.max_dsts * 64, dtype=np.uint8, buffer=shm.buf, offset=dsts_off)
         self._dsts = raw.view(DST_DTYPE)
         self._dst_words = raw.view(np.int32)
+        self._dfast = np.ndarray(self.max_dsts, dtype=np.uint32, buffer=shm.buf, offset=dfast_off)
         self._pcpu = [np.ndarray(self.max_dsts, dtype=PCPU_DTYPE, buffer=shm.buf,
                                  offset=pcpu_off + stride * w) for w in range(self.nworkers)]
 
@@ -497,7 +502,7 @@ class Dataplane:
         # unpublish what the new tables no longer reach: dead, and the
         # FIB's reference dropped (a refcounted holder keeps it alive)
         for e in retired:
-            self._dsts[e.dst]["flags"] |= DSTF_DEAD
+            self._tables.mark_dead(e.dst)
             _datapath.atomic_add32(self._dst_words, e.dst * 16, -1)
         self._pending.extend(retired)
         if self._procs:
@@ -813,7 +818,7 @@ class Dataplane:
                 p.join(2.0)
         for c in self._conns:
             c.close()
-        self._ctl = self._dsts = self._dst_words = None
+        self._ctl = self._dsts = self._dst_words = self._dfast = None
         self._pcpu = []
         self._io_views = {}
         for name in list(self._segments):

@@ -71,7 +71,8 @@ class Router:
             t.retired = []
 
     def _load(self):
-        self._dp.load(*self._tables.arrays(), **load_kwargs(self.state, self._tables))
+        self._dp.load(*self._tables.arrays(), dfast=self._tables.dfast,
+                      **load_kwargs(self.state, self._tables))
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -189,7 +190,13 @@ def load_kwargs(state, tables) -> dict:
                 icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),
                 mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
                 mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
-                v4_full_rpcheck=_v4_custom(s))
+                v4_full_rpcheck=_v4_custom(s),
+                throw_slots6=_throw_slots(tables, 6), throw_slots4=_throw_slots(tables, 4))
+
+
+def _throw_slots(tables, family: int) -> list:
+    """The LPM slots of the tables that hold throw routes."""
+    return [k for k, tb in enumerate(tables.slots.get(family, [])) if (family, tb) in tables.throw_tables]
 
 
 def fragment_batch(batch, tables, idx):

@@ -41,7 +41,11 @@ cdef extern from *:
     const uint8_t* FP_IN6_LOOPBACK      # memcmp(a, C, 16) into two 8-byte compares
 
 cdef extern from *:
+    """
+    #define FP_PREFETCH_W(p) __builtin_prefetch((p), 1)
+    """
     void fp_prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+    void fp_prefetch_w "FP_PREFETCH_W"(const void* p) noexcept nogil
 
 # SHA-1 / SHA-256 / HMAC in C (pyx/fp_sha.h explains why fastpath has its own)
 cdef extern from "fp_sha.h":
@@ -171,6 +175,10 @@ cdef struct peer_t:               # inet_peer's rate-limit fields, by destinatio
     uint32_t pad
 
 
+DEF PRE_CHUNK = 64                # packets looked up ahead at a time
+DEF USELOG = 2 * PRE_CHUNK        # use statistics a chunk may defer (use_later)
+
+
 cdef struct ctx_t:
     trace_t* trace                # NULL unless tracing (Router.trace)
     rcache_t* rcache              # per-worker cache of fib6_lookup results by destination
@@ -187,6 +195,7 @@ cdef struct ctx_t:
     tcache_t* tcache              # per-worker cache of lookups in one IPv6 table
     fp_dst* dsts
     uint32_t ndst
+    const uint32_t* dfast         # per route entry (>= ndst): its fast-path word (Tables.dfast)
     const fp_nh* nhs
     uint32_t nnh
     const fp_dev* devs            # indexed by ifindex
@@ -253,6 +262,8 @@ cdef struct ctx_t:
     bint ahead                    # look routes up ahead (the last chunk missed the cache)
     uint64_t ahead_chunks         # chunks whose routes were looked up ahead
     bint pre_bypass               # the last chunk's second lookups all but missed the cache
+    uint32_t nuse                 # use statistics deferred to the chunk's end (use_later)
+    uint32_t uselog[USELOG]
 
 
 cdef struct adj_t:                # a nexthop's way out, resolved when the tables are loaded
@@ -279,7 +290,6 @@ cdef struct pre_t:                # a packet's route lookups, done ahead (preloo
     const uint8_t* saddr
 
 
-DEF PRE_CHUNK = 64                # packets looked up ahead at a time
 
 
 cdef struct pkt_t:
@@ -611,6 +621,35 @@ cdef inline void dst_use_route(ctx_t* c, uint32_t rt) noexcept nogil:
         d.lastuse = c.jiffies
 
 
+cdef inline void use_later(ctx_t* c, const pkt_t* p, uint32_t rt) noexcept nogil:
+    """dst_use_route(), deferred to the end of the chunk (use_flush) for a
+    packet whose routes were looked up ahead (random destinations over a
+    large table): its route's per-worker copy, and the shared entry it is
+    flushed to, are then cache misses, which overlap with each other there
+    instead of stalling each packet.  Lazy statistics only (USE_LAZY: the
+    shared line's contention of USE_SHARED stays per packet).  The result
+    is the same at the end of the batch: a batch is one tick, and a route's
+    count and last use do not depend on the order of its uses within one."""
+    if p.pre != NULL and c.use_mode == USE_LAZY and rt < c.npcpu and c.nuse < USELOG:
+        c.uselog[c.nuse] = rt
+        c.nuse += 1
+    else:
+        dst_use_route(c, rt)
+
+
+cdef void use_flush(ctx_t* c) noexcept nogil:
+    """The use statistics use_later() deferred."""
+    cdef uint32_t k, n = c.nuse
+    cdef uint32_t rt
+    for k in range(n):
+        if k + 16 < n:
+            rt = c.uselog[k + 16]
+            fp_prefetch_w(&c.pcpu[rt])
+            fp_prefetch_w(&c.dsts[rt].lastuse)
+        dst_use_route(c, c.uselog[k])
+    c.nuse = 0
+
+
 # ---------------------------------------------------------------------------
 # references (refcount mode): ip6_hold_safe / skb_dst_force / dst_release
 # ---------------------------------------------------------------------------
@@ -684,7 +723,7 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
                 continue
             v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
             tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
-            if v == 0 or v >= c.ndst or c.dsts[v].type == RTN_THROW:
+            if v == 0 or v >= c.ndst or (c.lpm6[r.slot].throws and c.dsts[v].type == RTN_THROW):
                 if nmiss[0] < 255:
                     nmiss[0] += 1
                 if hold != NULL:
@@ -715,7 +754,7 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
     cdef int pend[PRE_CHUNK]
     cdef int j, q, m
     cdef uint32_t k, v
-    cdef bint more
+    cdef bint more, throws
     cdef const fp_rule* r
     cdef const uint32_t* t24
     cdef const uint32_t* grp
@@ -737,6 +776,7 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
                 continue
             t24 = c.lpm6[r.slot].tbl24
             grp = c.lpm6[r.slot].groups
+            throws = c.lpm6[r.slot].throws
             for q in range(m):
                 a = keys[pend[q]]
                 e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
@@ -755,7 +795,7 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
             for q in range(m):
                 j = pend[q]
                 v = e[q] & LPM_VALUE_MASK
-                if v == 0 or v >= c.ndst or c.dsts[v].type == RTN_THROW:
+                if v == 0 or v >= c.ndst or (throws and c.dsts[v].type == RTN_THROW):
                     if nmiss[j] < 255:
                         nmiss[j] += 1
                 else:
@@ -799,7 +839,7 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
             tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, d)
             if v == 0 or v >= c.ndst:
                 continue
-            if c.dsts[v].type == RTN_THROW:
+            if c.lpm4[r.slot].throws and c.dsts[v].type == RTN_THROW:
                 continue
             return v
         elif r.action == FR_ACT_BLACKHOLE:
@@ -2935,14 +2975,33 @@ cdef inline const fp_nh* fast_nexthop6(const ctx_t* c, const pkt_t* p, const uin
                                        const fp_dst* d) noexcept nogil:
     """The checks of ip6_forward() for a unicast route ``d``: the nexthop the
     packet leaves by when all of them pass, else NULL (the general path
-    then makes the error, or the drop).  The device's are the nexthop's
-    adjacency's, resolved at load."""
+    then makes the error, or the drop)."""
     cdef const fp_nh* nh
-    cdef const adj_t* a
-    if not c.fwd6 or ip6[7] <= 1 or (d.mtu != 0 and <uint32_t>p.l3len > d.mtu):
+    if d.mtu != 0 and <uint32_t>p.l3len > d.mtu:
         return NULL
     nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
     if nh == NULL:
+        return NULL
+    return fast_via6(c, p, ip6, nh)
+
+
+cdef inline const fp_nh* plain_nh(const ctx_t* c, uint32_t rt) noexcept nogil:
+    """The nexthop of route ``rt`` from its fast-path word alone (Tables.dfast:
+    a live IPv6 unicast route with one nexthop, no encap and no mtu metric,
+    which fast_nexthop6() would check no further than fast_via6() does),
+    without reading the entry; NULL when it has none (read it).  Only
+    without references (noref): a reference reads the entry anyway."""
+    cdef uint32_t f = c.dfast[rt] if c.refmode == MODE_NOREF else 0
+    return &c.nhs[f - 1] if f != 0 and f <= c.nnh else NULL
+
+
+cdef inline const fp_nh* fast_via6(const ctx_t* c, const pkt_t* p, const uint8_t* ip6,
+                                   const fp_nh* nh) noexcept nogil:
+    """The rest of fast_nexthop6(): the checks that depend on the packet and
+    its nexthop; the device's are the nexthop's adjacency's, resolved at
+    load."""
+    cdef const adj_t* a
+    if not c.fwd6 or ip6[7] <= 1:
         return NULL
     a = &c.adj[nh - c.nhs]
     if <uint32_t>p.l3len > a.mtu6:        # (0: no such device, down, an IPv4 gateway)
@@ -3043,10 +3102,13 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         # keyed by the segment in the SRH (the same bytes as the new DA, not
         # read back through the store just made)
         rt2 = fib6_cached_as(c, known if known != NULL else srh + 8 + ((sl - 1) << 4), ip6 + 8, p.iif, &nmiss, False)
-    d2 = &c.dsts[rt2]
-    nh = NULL
-    if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
-        nh = fast_nexthop6(c, p, ip6, d2)
+    nh = plain_nh(c, rt2)
+    if nh != NULL:
+        nh = fast_via6(c, p, ip6, nh)
+    else:
+        d2 = &c.dsts[rt2]
+        if d2.type == RTN_UNICAST and d2.encap_type == ENCAP_NONE and not (d2.flags & DSTF_DEAD):
+            nh = fast_nexthop6(c, p, ip6, d2)
     if nh != NULL and c.refmode != MODE_NOREF:
         # seg6_lookup_any_nexthop without RT6_LOOKUP_F_DST_NOREF
         if dst_hold_pkt(c, p, rt2):
@@ -3059,7 +3121,7 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
         memcpy(ip6 + 32, &old1, 8)
         return False
     dst_use_route(c, rt)
-    dst_use_route(c, rt2)
+    use_later(c, p, rt2)
     fast_out6(c, p, ip6, nh, known, c.s6l_nb[d.encap])
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, p.l3len)
@@ -3166,8 +3228,9 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     cdef uint8_t* inner = ip6 + IP6_HLEN
     cdef int32_t len0 = p.l3len
     cdef uint32_t rt2, nmiss = 0
-    cdef const fp_dst* d2
+    cdef const fp_dst* d2 = NULL
     cdef const fp_nh* nh = NULL
+    cdef const fp_nh* pnh
     cdef const uint8_t* known = NULL
     if ip6[6] != NEXTHDR_IPV6 or len0 < 2 * IP6_HLEN or (inner[0] >> 4) != 6:
         return False
@@ -3182,13 +3245,15 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
         if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
             return False
         rt2 = table_route(c, lpm6_cached(c, s.slot6, inner + 24), DST_IP6_NULL)
-    d2 = &c.dsts[rt2]
-    if d2.type != RTN_UNICAST or d2.encap_type != ENCAP_NONE or (d2.flags & DSTF_DEAD):
-        return False
+    pnh = plain_nh(c, rt2)
+    if pnh == NULL:
+        d2 = &c.dsts[rt2]
+        if d2.type != RTN_UNICAST or d2.encap_type != ENCAP_NONE or (d2.flags & DSTF_DEAD):
+            return False
     # decapsulated (undone below if the general path must take the packet)
     p.l3 += IP6_HLEN
     p.l3len -= IP6_HLEN
-    nh = fast_nexthop6(c, p, inner, d2)
+    nh = fast_via6(c, p, inner, pnh) if pnh != NULL else fast_nexthop6(c, p, inner, d2)
     if nh != NULL and c.refmode != MODE_NOREF:
         if dst_hold_pkt(c, p, rt2):
             if s.action == S6_END_DX6:
@@ -3200,7 +3265,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
         p.l3len = len0
         return False
     dst_use_route(c, rt)
-    dst_use_route(c, rt2)
+    use_later(c, p, rt2)
     fast_out6(c, p, inner, nh, known, c.s6l_nb[d.encap] if known != NULL else -1)
     fast_route(c, p, rt2)
     s6l_count(c, d, s, 0, len0)
@@ -3234,6 +3299,9 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
         return
     e.k1 = start + l2 + 24
     e.rt1 = fib6_cached_as(c, ip6 + 24, ip6 + 8, iif, &e.m1, False)
+    if plain_nh(c, e.rt1) != NULL:
+        prefetch_route(c, e.rt1)          # (a route forwarded by: nothing more ahead)
+        return
     d = &c.dsts[e.rt1]
     if d.type != RTN_UNICAST:
         return
@@ -3262,7 +3330,13 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
 
 
 cdef inline void prefetch_route(const ctx_t* c, uint32_t rt) noexcept nogil:
-    """The lines the fast path will touch for route ``rt``."""
+    """The lines the fast path will touch for route ``rt``.  In noref mode
+    with lazy statistics only its fast-path word: most routes are plain
+    (the entry then stays unread, and use_flush prefetches the statistics'
+    lines); an entry without a word is read when it is reached."""
+    if c.refmode == MODE_NOREF and c.use_mode == USE_LAZY:
+        fp_prefetch(&c.dfast[rt])
+        return
     fp_prefetch(&c.dsts[rt])
     if rt < c.npcpu:
         fp_prefetch(&c.pcpu[rt])
@@ -3371,8 +3445,16 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
             c.last_rt = rt
             c.last_nmiss = nmiss
             c.last_gen = c.rcache_gen
-    d = &c.dsts[rt]
-    if d.type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
+    nh = plain_nh(c, rt)
+    if nh != NULL:
+        # (forwarded by a route with a fast-path word: its entry unread)
+        nh = fast_via6(c, p, ip6, nh)
+        if nh != NULL:
+            use_later(c, p, rt)
+            fast_out6(c, p, ip6, nh, NULL, -1)
+            fast_route(c, p, rt)
+            return 1
+    elif (d := &c.dsts[rt]).type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
         if d.encap_type == ENCAP_NONE:
             nh = fast_nexthop6(c, p, ip6, d)
             if nh != NULL:
@@ -3528,6 +3610,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     cdef bint use_fast = c.fast and c.trace == NULL   # (neither changes during a batch)
     for i in range(b.n):
         if i % PRE_CHUNK == 0:
+            use_flush(c)
             # Lookups ahead pay when they miss the route cache (random
             # destinations, large tables): their memory accesses then
             # overlap.  When the cache holds the destinations they only
@@ -3560,6 +3643,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             exact = p.start + p.length
             buf = <uint8_t*>malloc(exact if exact > 0 else 1)
             if buf == NULL:
+                use_flush(c)
                 return -1
             memcpy(buf, p.row, exact)
             p.row = buf
@@ -3584,6 +3668,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             reasons[p.reason] += 1
         if p.reason == R_FRAGMENTED:
             nfrag += 1
+    use_flush(c)
     if b.n > 0:
         c.ahead = (c.rcache_misses - misses) * 8 >= <uint64_t>(b.n - chunk)
     c.batch_ts = NULL
@@ -3769,10 +3854,16 @@ cdef class Datapath:
              hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
-             int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False):
+             int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False, dfast=None,
+             throw_slots6=(), throw_slots4=()):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
-        lists of (tbl24, groups) array pairs, indexed by the rules' slots."""
+        lists of (tbl24, groups) array pairs, indexed by the rules' slots.
+        ``dfast``: the routes' fast-path words (uint32, at least one per
+        entry of ``dsts``; Tables.dfast), or None for none (every route
+        entry is then read).  ``throw_slots6``/``throw_slots4``: the slots
+        of the tables that hold throw routes (a lookup elsewhere does not
+        read the entry it finds to tell)."""
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
@@ -3786,10 +3877,17 @@ cdef class Datapath:
                 raise TypeError(f"{name}: expected a C-contiguous array of {size}-byte records")
         if len(dsts) < DST_FIRST_ROUTE:
             raise ValueError("dsts must hold the reserved entries")
+        if dfast is None:
+            dfast = np.zeros(len(dsts), dtype=np.uint32)
+        _check_array(dfast, "dfast", cnp.NPY_UINT32, 1, -1)
+        if len(dfast) < len(dsts):
+            raise ValueError("dfast must hold a word per route entry")
+        refs.append(dfast)
         if self.pcpu is None or (self.own_pcpu and len(self.pcpu) < len(dsts)):
             self._own_pcpu(len(dsts))
         self.c.dsts = <fp_dst*>cnp.PyArray_DATA(dsts)
         self.c.ndst = len(dsts)
+        self.c.dfast = <const uint32_t*>cnp.PyArray_DATA(dfast)
         self.c.nhs = <const fp_nh*>cnp.PyArray_DATA(nhs)
         self.c.nnh = len(nhs)
         self.c.devs = <const fp_dev*>cnp.PyArray_DATA(devs)
@@ -3811,14 +3909,19 @@ cdef class Datapath:
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
         self.c.nrules4 = len(rules4)
+        for name, slots, n in (("throw_slots6", throw_slots6, len(lpm6)), ("throw_slots4", throw_slots4, len(lpm4))):
+            if any(not 0 <= k < n for k in slots):
+                raise ValueError(f"{name}: a slot out of range")
         for k, (t24, grp) in enumerate(lpm6):
             _check_lpm(t24, grp)
             self.lpm6_buf[k].tbl24 = <const uint32_t*>cnp.PyArray_DATA(t24)
             self.lpm6_buf[k].groups = <const uint32_t*>cnp.PyArray_DATA(grp)
+            self.lpm6_buf[k].throws = k in throw_slots6
         for k, (t24, grp) in enumerate(lpm4):
             _check_lpm(t24, grp)
             self.lpm4_buf[k].tbl24 = <const uint32_t*>cnp.PyArray_DATA(t24)
             self.lpm4_buf[k].groups = <const uint32_t*>cnp.PyArray_DATA(grp)
+            self.lpm4_buf[k].throws = k in throw_slots4
         self.c.lpm6 = self.lpm6_buf
         self.c.nlpm6 = len(lpm6)
         self.c.lpm4 = self.lpm4_buf

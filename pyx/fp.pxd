@@ -276,6 +276,8 @@ ctypedef struct fp_hmac_key:     # 136 bytes: one `ip sr hmac set` key
 ctypedef struct fp_lpm:          # one table's LPM arrays (process-local pointers)
     const uint32_t* tbl24
     const uint32_t* groups
+    bint throws                  # the table holds throw routes: what a lookup finds may
+                                 # be one (read its entry); else it never is
 
 
 # --- byte helpers -------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from fastpath import Batch, Router
 from fastpath.reasons import REASON_IDS, VERDICTS
 from fastpath.scenarios import SCENARIOS
-from fastpath.tables import DST_FIRST_ROUTE, DSTF_DEAD, PCPU_DTYPE
+from fastpath.tables import DST_FIRST_ROUTE, PCPU_DTYPE
 
 V = {v: k for k, v in enumerate(VERDICTS)}
 
@@ -52,7 +52,7 @@ def test_refcount_mode_takes_references_while_packets_are_in_flight():
     nh_route = next(e.dst for (fam, tb, net), e in t.entries.items() if fam == 4 and tb == 254
                     and str(net) == "198.18.0.0/15")
     t.dsts[nh_route]["refcnt"] = 2          # someone else's reference
-    t.dsts[nh_route]["flags"] |= DSTF_DEAD  # and the FIB has let go of it
+    t.mark_dead(nh_route)                   # and the FIB has let go of it
     b = Batch.from_packets(pkts, iif=iif, linktype=lt)
     r.process(b)
     assert (b.verdict == V["forward"]).all()
@@ -69,7 +69,7 @@ def test_a_route_being_freed_falls_back_in_refcount_mode_and_is_discarded_in_nor
         victim = int(b.dst[0])                # the route the behaviour looked up
         assert (b.dst == victim).all() and victim >= DST_FIRST_ROUTE
         assert t.dsts[victim]["family"] == family
-        t.dsts[victim]["flags"] |= DSTF_DEAD
+        t.mark_dead(victim)
         t.dsts[victim]["refcnt"] = 0          # the FIB's reference dropped: being freed
         b = Batch.from_packets(pkts, iif=iif, linktype=lt)
         r.process(b)
