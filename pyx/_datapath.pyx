@@ -750,7 +750,8 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
     of different destinations are independent and overlap (DPDK's
     lookup_bulk, level-synchronous).  Same results as fib6_walk(hold=NULL)."""
     cdef uint32_t e[PRE_CHUNK]
-    cdef uint8_t lvl[PRE_CHUNK]
+    cdef const uint8_t* kp[PRE_CHUNK]
+    cdef int lv
     cdef int pend[PRE_CHUNK]
     cdef int j, q, m
     cdef uint32_t k, v
@@ -779,19 +780,23 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
             throws = c.lpm6[r.slot].throws
             for q in range(m):
                 a = keys[pend[q]]
+                kp[q] = a
                 e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
-                lvl[q] = 3
+            # level by level, every pending key at the same address byte
+            lv = 3
             more = True
             while more:
                 more = False
+                if lv >= 16:                     # deeper than 128 bits: corrupt table
+                    for q in range(m):
+                        if e[q] & LPM_EXT:
+                            e[q] = 0
+                    break
                 for q in range(m):
                     if e[q] & LPM_EXT:
-                        if lvl[q] >= 16:         # deeper than 128 bits: corrupt table
-                            e[q] = 0
-                            continue
-                        e[q] = grp[(<size_t>(e[q] & LPM_VALUE_MASK) << 8) | keys[pend[q]][lvl[q]]]
-                        lvl[q] += 1
+                        e[q] = grp[(<size_t>(e[q] & LPM_VALUE_MASK) << 8) | kp[q][lv]]
                         more = True
+                lv += 1
             for q in range(m):
                 j = pend[q]
                 v = e[q] & LPM_VALUE_MASK

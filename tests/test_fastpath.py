@@ -312,6 +312,34 @@ def test_lookups_ahead_past_the_cache_then_source_rules():
     assert {x.oif for x in last.results()[1::2]} == {"tun2"}
 
 
+def test_lookups_ahead_in_a_corrupt_table_miss():
+    """A group chain deeper than an address (a table corrupted in memory:
+    a group pointing to itself) is a miss for the lookups ahead, in bulk,
+    as for the walk of one packet, and never reads past the address."""
+    fast, slow = _routers("noref")
+    rng = np.random.default_rng(14)
+    pkts = []
+    for _ in range(600):
+        r = 1 + int(rng.integers(1 << 32))
+        pkts.append(_end("fc00::f", "2001:db8:99::%x:%x" % (r >> 16, r & 0xFFFF)))
+    outs = []
+    for r in (fast, slow):
+        lpm = r._tables.lpms[(6, 254)]
+        e = int(lpm.tbl24[0x20010D])
+        assert e >> 31                             # 2001:db8::/32 leads to a group
+        g = e & 0x7FFFFF
+        lpm.groups.reshape(-1, 256)[g] = e         # every entry: back to the group itself
+        b = Batch.from_packets(pkts, iif="tun0", linktype="ethernet")
+        r.process(b)
+        outs.append(b)
+    assert fast._dp.cache_counters()["ahead_chunks"] > 5
+    for f in ("data", "verdict", "reason", "dst"):
+        assert np.array_equal(getattr(outs[0], f), getattr(outs[1], f)), f
+    # (no ICMPv6 error either: the way back to the source is in the same
+    # corrupt table)
+    assert {(x.verdict, x.reason) for x in outs[0].results()} == {("drop", "no_route")}
+
+
 def _ipip(sid, src4, dst4, ttl, size, df):
     hdr = bytearray([0x45, 0, 0, 0, 0, 0, 0x40 if df else 0, 0, ttl, 17, 0, 0])
     hdr += _a("::ffff:" + src4)[12:] + _a("::ffff:" + dst4)[12:]
