@@ -754,8 +754,8 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
     cdef int lv
     cdef int pend[PRE_CHUNK]
     cdef int j, q, m
-    cdef uint32_t k, v
-    cdef bint more, throws
+    cdef uint32_t k, v, ext
+    cdef bint throws
     cdef const fp_rule* r
     cdef const uint32_t* t24
     cdef const uint32_t* grp
@@ -778,24 +778,25 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
             t24 = c.lpm6[r.slot].tbl24
             grp = c.lpm6[r.slot].groups
             throws = c.lpm6[r.slot].throws
+            ext = 0                              # (the EXT bit: some key goes on)
             for q in range(m):
                 a = keys[pend[q]]
                 kp[q] = a
                 e[q] = t24[(<uint32_t>a[0] << 16) | (<uint32_t>a[1] << 8) | a[2]]
+                ext |= e[q]
             # level by level, every pending key at the same address byte
             lv = 3
-            more = True
-            while more:
-                more = False
+            while ext & LPM_EXT:
                 if lv >= 16:                     # deeper than 128 bits: corrupt table
                     for q in range(m):
                         if e[q] & LPM_EXT:
                             e[q] = 0
                     break
+                ext = 0
                 for q in range(m):
                     if e[q] & LPM_EXT:
                         e[q] = grp[(<size_t>(e[q] & LPM_VALUE_MASK) << 8) | kp[q][lv]]
-                        more = True
+                        ext |= e[q]
                 lv += 1
             for q in range(m):
                 j = pend[q]
@@ -3303,7 +3304,12 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
     if (ip6[0] >> 4) != 6 or ip6[24] == 0xFF:
         return
     e.k1 = start + l2 + 24
-    e.rt1 = fib6_cached_as(c, ip6 + 24, ip6 + 8, iif, &e.m1, False)
+    if c.last_gen == c.rcache_gen and eq16(ip6 + 24, c.last_da):
+        # the last SID's packet's (fast_path's shortcut)
+        e.rt1 = c.last_rt
+        e.m1 = c.last_nmiss
+    else:
+        e.rt1 = fib6_cached_as(c, ip6 + 24, ip6 + 8, iif, &e.m1, False)
     if plain_nh(c, e.rt1) != NULL:
         prefetch_route(c, e.rt1)          # (a route forwarded by: nothing more ahead)
         return
