@@ -3465,23 +3465,25 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
             fast_out6(c, p, ip6, nh, NULL, -1)
             fast_route(c, p, rt)
             return 1
-    elif (d := &c.dsts[rt]).type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
-        if d.encap_type == ENCAP_NONE:
-            nh = fast_nexthop6(c, p, ip6, d)
-            if nh != NULL:
-                dst_use_route(c, rt)
-                fast_out6(c, p, ip6, nh, NULL, -1)
-                fast_route(c, p, rt)
-                return 1
-        elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
-            s = &c.s6l[d.encap]
-            if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
-                if fast_end(c, p, idev, ip6, rt, d, s):
+    else:
+        d = &c.dsts[rt]
+        if d.type == RTN_UNICAST and not (d.flags & DSTF_DEAD):
+            if d.encap_type == ENCAP_NONE:
+                nh = fast_nexthop6(c, p, ip6, d)
+                if nh != NULL:
+                    dst_use_route(c, rt)
+                    fast_out6(c, p, ip6, nh, NULL, -1)
+                    fast_route(c, p, rt)
                     return 1
-            elif (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
-                return 1
-            elif (s.action == S6_END_DX6 or s.action == S6_END_DT6) and fast_dx6(c, p, ip6, rt, d, s):
-                return 1
+            elif d.encap_type == ENCAP_SEG6LOCAL and d.encap < c.ns6l:
+                s = &c.s6l[d.encap]
+                if s.flavors == 0 and (s.action == S6_END or (s.action == S6_END_X and s.oif == 0)):
+                    if fast_end(c, p, idev, ip6, rt, d, s):
+                        return 1
+                elif (s.action == S6_END_DX4 or s.action == S6_END_DT4) and fast_dx4(c, p, idev, ip6, rt, d, s):
+                    return 1
+                elif (s.action == S6_END_DX6 or s.action == S6_END_DT6) and fast_dx6(c, p, ip6, rt, d, s):
+                    return 1
     # Anything else (an error due, another behaviour, a headend, a local
     # route...) takes the general path from the route on: ip6_input()'s
     # checks before it are those above (the fast path's are stricter), and
@@ -3866,7 +3868,7 @@ cdef class Datapath:
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
              int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False, dfast=None,
-             throw_slots6=(), throw_slots4=()):
+             throw_slots6=None, throw_slots4=None):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots.
@@ -3874,7 +3876,7 @@ cdef class Datapath:
         entry of ``dsts``; Tables.dfast), or None for none (every route
         entry is then read).  ``throw_slots6``/``throw_slots4``: the slots
         of the tables that hold throw routes (a lookup elsewhere does not
-        read the entry it finds to tell)."""
+        read the entry it finds to tell), or None for all of them."""
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
@@ -3920,6 +3922,8 @@ cdef class Datapath:
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
         self.c.nrules4 = len(rules4)
+        throw_slots6 = range(len(lpm6)) if throw_slots6 is None else throw_slots6
+        throw_slots4 = range(len(lpm4)) if throw_slots4 is None else throw_slots4
         for name, slots, n in (("throw_slots6", throw_slots6, len(lpm6)), ("throw_slots4", throw_slots4, len(lpm4))):
             if any(not 0 <= k < n for k in slots):
                 raise ValueError(f"{name}: a slot out of range")

@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from fastpath import Batch, Router  # noqa: E402
+from fastpath import router as router_mod  # noqa: E402
 
 BASE = """
 ip -6 addr add 2001:db8:1::1/64 dev tun0
@@ -152,3 +153,31 @@ def test_nexthop_rows_and_fast_words_stay_right_through_churn(seed):
         used = {e.dst for e in t.entries.values()}
         free = [i for i in range(tables.DST_FIRST_ROUTE, len(t.dsts)) if i not in used]
         assert not t.dfast[free].any()
+
+
+def test_load_reads_throw_routes_in_every_table_unless_told_which():
+    cfg = BASE + """
+ip -6 neigh add 2001:db8:2::2 lladdr 02:00:00:00:00:22 dev tun1
+ip -6 route add throw 2001:db8:77::/48
+ip -6 route add 2001:db8:77::/48 via 2001:db8:2::2 dev tun1 table 253
+ip -6 rule add pref 33000 lookup 253
+"""
+    pkt = (b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x86\xdd"
+           + bytes([0x60, 0, 0, 0, 0, 0, 59, 64]) + ipaddress.ip_address("2001:db8:1::2").packed
+           + ipaddress.ip_address("2001:db8:77::1").packed)
+    r = _router(cfg)
+    t = r._tables
+    args = t.arrays()
+    kw = router_mod.load_kwargs(r.state, t)
+    assert kw["throw_slots6"] == [t.slots[6].index(254)]
+    for slots in (kw["throw_slots6"], None):
+        kw["throw_slots6"] = slots
+        r._dp.load(*args, dfast=t.dfast, **kw)
+        out = r.process(Batch.from_packets([pkt], iif="tun0", linktype="ethernet")).results()[0]
+        # the throw route sends the lookup on to the next rule's table
+        assert (out.verdict, out.oif) == ("forward", "tun1"), slots
+    kw["throw_slots6"] = [len(t.slots[6])]
+    with pytest.raises(ValueError, match="throw_slots6"):
+        r._dp.load(*args, dfast=t.dfast, **kw)
+    with pytest.raises(ValueError, match="dfast"):
+        r._dp.load(*args, dfast=t.dfast[:5], **{**kw, "throw_slots6": None})
