@@ -41,11 +41,7 @@ cdef extern from *:
     const uint8_t* FP_IN6_LOOPBACK      # memcmp(a, C, 16) into two 8-byte compares
 
 cdef extern from *:
-    """
-    #define FP_PREFETCH_W(p) __builtin_prefetch((p), 1)
-    """
     void fp_prefetch "__builtin_prefetch"(const void* p) noexcept nogil
-    void fp_prefetch_w "FP_PREFETCH_W"(const void* p) noexcept nogil
 
 # SHA-1 / SHA-256 / HMAC in C (pyx/fp_sha.h explains why fastpath has its own)
 cdef extern from "fp_sha.h":
@@ -642,10 +638,10 @@ cdef void use_flush(ctx_t* c) noexcept nogil:
     cdef uint32_t k, n = c.nuse
     cdef uint32_t rt
     for k in range(n):
-        if k + 16 < n:
-            rt = c.uselog[k + 16]
-            fp_prefetch_w(&c.pcpu[rt])
-            fp_prefetch_w(&c.dsts[rt].lastuse)
+        if k + 8 < n:
+            rt = c.uselog[k + 8]
+            fp_prefetch(&c.pcpu[rt])
+            fp_prefetch(&c.dsts[rt])
         dst_use_route(c, c.uselog[k])
     c.nuse = 0
 

@@ -1,6 +1,12 @@
 """Record layouts: the numpy dtypes of fastpath/tables.py against the C
-structs of pyx/fp.pxd."""
-from fastpath import _datapath, tables
+structs of pyx/fp.pxd; the fast path's words and shared nexthop rows."""
+import ipaddress
+
+import numpy as np
+import pytest
+
+from fastpath import Batch, Router, _datapath, tables
+from fastpath import router as router_mod
 
 
 def test_record_sizes_match_structs():
@@ -33,14 +39,6 @@ def test_field_offsets_match_structs():
 
 
 # --- the fast path's words and shared nexthop rows ---------------------------
-
-import ipaddress  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from fastpath import Batch, Router  # noqa: E402
-from fastpath import router as router_mod  # noqa: E402
 
 BASE = """
 ip -6 addr add 2001:db8:1::1/64 dev tun0
