@@ -501,8 +501,8 @@ class Dataplane:
         _datapath.atomic_store64(self._ctl, C_SEQ, seq, fence=True)
         # unpublish what the new tables no longer reach: dead, and the
         # FIB's reference dropped (a refcounted holder keeps it alive)
+        self._tables.mark_dead([e.dst for e in retired])
         for e in retired:
-            self._tables.mark_dead(e.dst)
             _datapath.atomic_add32(self._dst_words, e.dst * 16, -1)
         self._pending.extend(retired)
         if self._procs:

@@ -228,13 +228,15 @@ class Tables:
             self.free_dsts = list(range(2 * old - 1, old - 1, -1))
         return self.free_dsts.pop()
 
-    def mark_dead(self, dst: int):
-        """Flag a retired route entry dead (DSTF_DEAD) for the workers that
-        may still reach it: its fast-path word first, so that a worker that
-        reads the word non-zero finds the entry live, as one reading the
-        flags before the store."""
-        self.dfast[dst] = 0
-        self.dsts[dst]["flags"] |= DSTF_DEAD
+    def mark_dead(self, dsts):
+        """Flag retired route entries dead (DSTF_DEAD) for the workers that
+        may still reach them (``dsts``: an entry's index, or a sequence of
+        them): their fast-path words first, so that a worker that reads a
+        word non-zero finds the entry live, as one reading the flags before
+        the store."""
+        idx = np.asarray(dsts, dtype=np.int64)
+        self.dfast[idx] = 0
+        self.dsts["flags"][idx] |= DSTF_DEAD
 
     def reclaim(self, entries) -> list:
         """Give back what retired entries held (the caller knows no packet
