@@ -17,7 +17,7 @@ from . import _datapath
 from .batch import LINKTYPES, Batch
 from .config import ConfigError, State
 from .reasons import REASON_IDS, REASON_NAMES
-from .tables import RESERVED_DSTS, RTN_NAMES, compile_tables
+from .tables import RESERVED_DSTS, RTN_NAMES, _raw, compile_tables
 
 MODES = ("noref", "refcount")
 USE_STATS = ("lazy", "shared")
@@ -191,7 +191,8 @@ def load_kwargs(state, tables) -> dict:
                 mp_policy6=s.sysctl("net.ipv6.fib_multipath_hash_policy"),
                 mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
                 v4_full_rpcheck=_v4_custom(s),
-                throw_slots6=_throw_slots(tables, 6), throw_slots4=_throw_slots(tables, 4))
+                throw_slots6=_throw_slots(tables, 6), throw_slots4=_throw_slots(tables, 4),
+                strict6=_raw(tables.strict6))
 
 
 def _throw_slots(tables, family: int) -> list:

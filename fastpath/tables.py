@@ -84,6 +84,13 @@ HMAC_KEY_DTYPE = _rec([
     ("keyid", "<u4", 0), ("algo", "u1", 4), ("slen", "u1", 5), ("secret", "64u1", 8),
     ("istate", "8<u4", 72), ("ostate", "8<u4", 104)], 136)
 HMAC_ALGO_IDS = {"sha1": 1, "sha256": 2}
+# a route a strict-interface IPv6 lookup may return (fp.pxd fp_strict)
+STRICT_DTYPE = _rec([
+    ("prefix", "16u1", 0), ("dst", "<u4", 16), ("oif", "<u4", 20), ("slot", "<i4", 24),
+    ("plen", "u1", 28)], 32)
+# rt6_need_strict(): the destinations looked up on one interface only
+# (RT6_LOOKUP_F_IFACE), as (address int, prefix length)
+STRICT_NETS = ((0xFE80 << 112, 10), (0xFF << 120, 8), (1, 128))
 NEIGH_DTYPE = _rec([
     ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("family", "u1", 20), ("mac", "6u1", 21)], 32)
 
@@ -166,6 +173,11 @@ class Tables:
     lpms: dict = field(default_factory=dict)         # (family, table) -> Lpm
     slots: dict = field(default_factory=dict)        # family -> [table ids by slot]
     entries: dict = field(default_factory=dict)      # (family, table, network) -> _Entry
+    # Routes a strict-interface lookup may return that are not the best
+    # route of their prefix (a higher metric, or a second device's
+    # automatic route): (family, table, network, metric, devices) -> _Entry
+    strict_entries: dict = field(default_factory=dict)
+    strict6: np.ndarray = None                       # STRICT_DTYPE rows (see _strict_rows)
     free_dsts: list = field(default_factory=list)
     ifnames: dict = field(default_factory=dict)      # ifindex -> name
     ifindex: dict = field(default_factory=dict)      # name -> ifindex
@@ -297,7 +309,8 @@ class Tables:
         self.nh_pool.release(e.nh_first, e.nh_count)
 
     def arrays(self):
-        """Arguments of ``Datapath.load`` (the raw uint8 views)."""
+        """Arguments of ``Datapath.load`` (the raw uint8 views; the strict
+        lookup's rows go as the ``strict6`` keyword, see router.load_kwargs)."""
         lpm6 = [(self.lpms[(6, t)].tbl24, self.lpms[(6, t)].groups) for t in self.slots.get(6, [])]
         lpm4 = [(self.lpms[(4, t)].tbl24, self.lpms[(4, t)].groups) for t in self.slots.get(4, [])]
         return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
@@ -473,30 +486,24 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         new_entries[k] = _Entry(-1, r, sig)
         changed.append(k)
     retired = [t.entries[k] for k in t.entries if k not in new_entries or k in changed]
-    for k in changed:
-        e = new_entries[k]
-        r = e.route
-        sig_nhs = e.sig[2]
-        e.dst = t._alloc_dst()
-        e.nh_count = len(sig_nhs)
-        e.nh_first = t._alloc_nexthops(sig_nhs)
-        gen = int(t.dsts[e.dst]["gen"])
-        t.dsts[e.dst] = _ZERO_DST
-        d = t.dsts[e.dst]
-        d["gen"] = gen
-        d["refcnt"] = 1                  # the FIB's own reference
-        d["type"] = RTN[r.type]
-        d["family"] = r.family
-        d["table"] = r.table
-        d["metric"] = r.metric
-        d["plen"] = r.prefix.prefixlen
-        d["mtu"] = r.mtu or 0
-        d["hoplimit"] = r.hoplimit or 0
-        d["nh_first"] = e.nh_first
-        d["nh_count"] = e.nh_count
-        d["prefsrc"] = addr16(r.src) if r.src is not None else 0
-        d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
-        d["encap_type"] = _encap_type(r.encap)
+    # the routes only a strict-interface lookup returns get entries of their own
+    strict = _strict_routes(state, best)
+    new_strict = {}
+    schanged = []
+    for r, is_best in strict:
+        if is_best:
+            continue
+        sig = _route_sig(r, state)
+        k = (r.family, r.table, r.prefix, r.metric, r.dev)
+        cur = t.strict_entries.get(k)
+        if cur is not None and cur.sig == sig:
+            new_strict[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+        else:
+            new_strict[k] = _Entry(-1, r, sig)
+            schanged.append(k)
+    retired += [t.strict_entries[k] for k in t.strict_entries if k not in new_strict or k in schanged]
+    for e in [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]:
+        _install(t, e)
     t.retired.extend(retired)
     t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
     # --- LPMs: removed prefixes first, then the new entries (a replaced
@@ -508,10 +515,13 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
             if lpm is not None:
                 lpm.delete(net)
     t.entries = new_entries
+    t.strict_entries = new_strict
     t.dst_routes = {e.dst: e.route for e in new_entries.values()}
+    t.dst_routes.update((e.dst, e.route) for e in new_strict.values())
     # --- seg6local parameters of the new entries, then the LPMs
-    _compile_seg6local(t, state, [new_entries[k] for k in changed])
-    made = np.fromiter((new_entries[k].dst for k in changed), dtype=np.int64, count=len(changed))
+    made_entries = [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]
+    _compile_seg6local(t, state, made_entries)
+    made = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
     t.dfast[made] = _fast_words(t.dsts[made])
     for k in changed:
         fam, table, net = k
@@ -541,8 +551,100 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
                 arr[k]["has_iif"] = 1
                 arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
         t.rules[fam] = arr
+    t.strict6 = _strict_rows(t, state, strict, new_entries, new_strict)
     _seg6local_slots(t)
     return t
+
+
+def _install(t: Tables, e: _Entry) -> None:
+    """Allocate and write the route entry (and nexthop rows) of a new
+    _Entry."""
+    r = e.route
+    sig_nhs = e.sig[2]
+    e.dst = t._alloc_dst()
+    e.nh_count = len(sig_nhs)
+    e.nh_first = t._alloc_nexthops(sig_nhs)
+    gen = int(t.dsts[e.dst]["gen"])
+    t.dsts[e.dst] = _ZERO_DST
+    d = t.dsts[e.dst]
+    d["gen"] = gen
+    d["refcnt"] = 1                  # the FIB's own reference
+    d["type"] = RTN[r.type]
+    d["family"] = r.family
+    d["table"] = r.table
+    d["metric"] = r.metric
+    d["plen"] = r.prefix.prefixlen
+    d["mtu"] = r.mtu or 0
+    d["hoplimit"] = r.hoplimit or 0
+    d["nh_first"] = e.nh_first
+    d["nh_count"] = e.nh_count
+    d["prefsrc"] = addr16(r.src) if r.src is not None else 0
+    d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
+    d["encap_type"] = _encap_type(r.encap)
+
+
+# route types a strict-interface lookup can return: the others (blackhole,
+# unreachable, prohibit, throw) are reject routes on lo (fib6_is_reject)
+_STRICT_TYPES = frozenset(("unicast", "local", "anycast", "multicast"))
+
+
+def _holds_strict(net) -> bool:
+    """Whether an IPv6 prefix holds an address rt6_need_strict() is true of."""
+    if net.version != 6:
+        return False
+    a, plen = int(net.network_address), net.prefixlen
+    return any((a ^ s) >> (128 - min(plen, sl)) == 0 for s, sl in STRICT_NETS)
+
+
+def _strict_routes(state, best) -> list:
+    """The IPv6 routes a strict-interface lookup may return, as (route, is
+    the best route of its prefix), in the kernel's order within a prefix:
+    by metric, then as inserted.  Besides the configured routes: the
+    automatic routes of a second device for a key a first one holds (the
+    same link-local address or prefix on two interfaces: the kernel keeps
+    both, the configuration one per key)."""
+    cand = [r for r in state.routes.values() if r.family == 6]
+    for itf in state.interfaces.values():
+        for k, r in state._auto_for(itf).items():
+            cur = state.routes.get(k)
+            if (r.family == 6 and cur is not None and cur != r and cur.proto == "kernel"
+                    and cur.dev != r.dev):
+                cand.append(r)
+    out = []
+    for r in cand:
+        if r.type in _STRICT_TYPES and _holds_strict(r.prefix) and _usable(r, state):
+            out.append((r, best.get((6, r.table, r.prefix)) is r))
+    return out
+
+
+def _strict_rows(t: Tables, state, strict, entries, strict_entries) -> np.ndarray:
+    """Tables.strict6: a row per (route, live device) of ``strict``, by
+    table slot, longest prefix first, then metric and insertion order --
+    the order in which fib6_table_lookup() with RT6_LOOKUP_F_IFACE
+    (rt6_select, then fib6_backtrack) tries them."""
+    slot_of = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
+    rows = []
+    for seq, (r, is_best) in enumerate(strict):
+        e = entries[(6, r.table, r.prefix)] if is_best else \
+            strict_entries[(6, r.table, r.prefix, r.metric, r.dev)]
+        slot = slot_of.get(r.table)
+        if slot is None:
+            continue
+        devs = []
+        for (_gw, _dev, _w, ifidx) in e.sig[2]:
+            if ifidx and ifidx not in devs:
+                devs.append(ifidx)
+        for ifidx in devs:
+            rows.append(((slot, -r.prefix.prefixlen, r.metric, seq), r, e.dst, ifidx))
+    rows.sort(key=lambda x: x[0])
+    arr = np.zeros(len(rows), dtype=STRICT_DTYPE)
+    for k, ((slot, _, _, _), r, dst, ifidx) in enumerate(rows):
+        arr[k]["prefix"] = addr16(r.prefix.network_address)
+        arr[k]["plen"] = r.prefix.prefixlen
+        arr[k]["slot"] = slot
+        arr[k]["dst"] = dst
+        arr[k]["oif"] = ifidx
+    return arr
 
 
 def build_srh(segs, hmac_keyid=None, inline=False) -> bytes:

@@ -212,6 +212,8 @@ cdef struct ctx_t:
     uint32_t nlpm6
     const fp_lpm* lpm4
     uint32_t nlpm4
+    const fp_strict* strict6      # the routes a strict-interface lookup may return, by
+    uint32_t nstrict6             # table slot, longest prefix, metric (Tables.strict6)
     uint32_t lo_ifindex
     bint fwd6                     # net.ipv6.conf.all.forwarding
     uint8_t ip_default_ttl
@@ -315,6 +317,8 @@ cdef struct pkt_t:
     uint32_t chk_dst              # route of the last lookup and its generation (check_gen)
     uint32_t chk_gen
     const pre_t* pre              # this packet's lookups done ahead, or NULL
+    uint32_t strict_oif           # its route was looked up with RT6_LOOKUP_F_IFACE on this
+                                  # device (0: not): a multipath choice stays on it
 
 
 # trace events (decoded by fastpath/trace.py, which keeps the same numbers)
@@ -384,6 +388,13 @@ cdef inline bint in6_is_multicast(const uint8_t* a) noexcept nogil:
 
 cdef inline bint in6_is_linklocal(const uint8_t* a) noexcept nogil:
     return a[0] == 0xFE and (a[1] & 0xC0) == 0x80
+
+cdef inline bint rt6_need_strict(const uint8_t* a) noexcept nogil:
+    """rt6_need_strict(): multicast, link-local and loopback destinations
+    are looked up on one interface only (RT6_LOOKUP_F_IFACE)."""
+    if a[0] >= 0xFE:
+        return a[0] == 0xFF or (a[1] & 0xC0) == 0x80
+    return a[0] == 0 and in6_is_loopback(a)
 
 cdef inline bint in6_is_v4mapped(const uint8_t* a) noexcept nogil:
     cdef int k
@@ -466,6 +477,20 @@ cdef inline bint is_local_addr(const ctx_t* c, int family, const uint8_t* a) noe
         i = (i + 1) & c.addr_mask
 
 
+cdef bint ipv6_chk_addr_dev(const ctx_t* c, const uint8_t* a, uint32_t dev) noexcept nogil:
+    """ipv6_chk_addr(net, addr, dev, 0): one of our IPv6 addresses, on
+    ``dev`` when its scope is link or host (link-local, ::1); a site or
+    global one on any device."""
+    cdef uint32_t k
+    if not is_local_addr(c, 6, a):
+        return False
+    for k in range(c.naddr):
+        if (c.addrs[k].family == 6 and eq16(c.addrs[k].addr, a)
+                and (c.addrs[k].ifindex == dev or c.addrs[k].scope > 2)):
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------------
 # policy rules and FIB lookup (fib6_rule_lookup / fib_lookup)
 # ---------------------------------------------------------------------------
@@ -488,6 +513,33 @@ cdef inline uint32_t fib6_lookup(ctx_t* c, const uint8_t* daddr, const uint8_t* 
     cdef uint32_t rt = fib6_cached(c, daddr, saddr, iif, nmiss)
     dst_use(c, rt)
     return rt
+
+
+cdef inline uint32_t ip6_route_input_lookup(ctx_t* c, pkt_t* p, const uint8_t* daddr,
+                                            const uint8_t* saddr, uint32_t* nmiss) noexcept nogil:
+    """ip6_route_input_lookup(): fib6_lookup() from the packet's ingress
+    device.  A destination that needs a strict interface is looked up on
+    that device only (fib6_cached_as), and the packet remembers it for its
+    multipath choice (p.strict_oif)."""
+    p.strict_oif = p.iif if rt6_need_strict(daddr) else 0
+    return fib6_lookup(c, daddr, saddr, p.iif, nmiss)
+
+
+cdef inline uint32_t icmp6_route_lookup(ctx_t* c, const pkt_t* p, const uint8_t* daddr,
+                                        const uint8_t* saddr, uint32_t* nmiss) noexcept nogil:
+    """The route of an ICMPv6 error towards ``daddr`` (the offending
+    packet's source), an output lookup from lo (icmpv6_route_lookup ->
+    ip6_route_output).  A link-local destination needs a scope id: the
+    error's flowi6_oif is the ingress device (icmp6_iif), and with
+    RT6_LOOKUP_F_IFACE only routes through it match; another strict
+    destination without an oif is not restricted (rt6_score_route: !oif)."""
+    cdef uint32_t rt
+    if rt6_need_strict(daddr):
+        rt = fib6_walk(c, daddr, saddr, c.lo_ifindex, nmiss, NULL,
+                       p.iif if in6_is_linklocal(daddr) else 0)
+        dst_use(c, rt)
+        return rt
+    return fib6_lookup(c, daddr, saddr, c.lo_ifindex, nmiss)
 
 
 cdef inline uint64_t in6_hash(const uint8_t* daddr) noexcept nogil:
@@ -570,13 +622,17 @@ cdef inline uint32_t fib6_cached_as(ctx_t* c, const uint8_t* daddr, const uint8_
     (``tracing``: the fast path, which never traces, says so once)."""
     cdef rcache_t* e
     cdef uint32_t rt, v
+    if rt6_need_strict(daddr):
+        # ip6_route_input_lookup(): on the ingress device only (the answer
+        # depends on it: never cached)
+        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif)
     if not c.rcache_on or tracing:
         c.rcache_misses += 1
-        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL)
+        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, 0)
     e = rcache_bucket(c, daddr)
     if not rcache_get(c, e, daddr, &v):
         c.rcache_misses += 1
-        rt = fib6_walk(c, daddr, saddr, iif, &v, NULL)
+        rt = fib6_walk(c, daddr, saddr, iif, &v, NULL, 0)
         rcache_put(c, e, daddr, rt, v)
         v = (v << 24) | rt
     nmiss[0] = v >> 24
@@ -698,14 +754,35 @@ cdef inline void null_hold_put(ctx_t* c, uint32_t n) noexcept nogil:
         fp_atomic_fetch_add32(cnt, -1)
 
 
+cdef uint32_t fib6_table_strict(const ctx_t* c, int32_t slot, const uint8_t* daddr,
+                                uint32_t dev) noexcept nogil:
+    """fib6_table_lookup() with RT6_LOOKUP_F_IFACE: rt6_select() scores a
+    route whose device is not ``dev`` RT6_NUD_FAIL_HARD, and fib6_backtrack()
+    goes on to shorter prefixes, so the answer is the first route, longest
+    prefix first and then by metric, through ``dev``.  Reject routes
+    (blackhole, unreachable, prohibit, throw) live on lo and never match;
+    Tables.strict6 holds the others, in that order.  0: none (the null
+    entry)."""
+    cdef uint32_t k
+    cdef const fp_strict* e
+    for k in range(c.nstrict6):
+        e = &c.strict6[k]
+        if e.slot == slot and e.oif == dev and prefix_match(daddr, e.prefix, e.plen):
+            return e.dst
+    return 0
+
+
 cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
-                        uint32_t iif, uint32_t* nmiss, pkt_t* hold) noexcept nogil:
+                        uint32_t iif, uint32_t* nmiss, pkt_t* hold,
+                        uint32_t sdev) noexcept nogil:
     """fib6_rule_lookup: walk the rules by preference; a table miss (the null
     entry) or a throw route goes on to the next rule; no match at all gives
     ip6_null_entry.  ``nmiss`` counts the tables that missed.  With ``hold``
     (refcount mode, after a refused reference) each table's route is held
     for that packet as it is found, and one that cannot be held counts as a
-    miss, as ip6_hold_safe falling back to the null entry."""
+    miss, as ip6_hold_safe falling back to the null entry.  ``sdev``: a
+    strict-interface lookup (RT6_LOOKUP_F_IFACE) on that device, each
+    table through fib6_table_strict()."""
     cdef uint32_t k, v
     cdef const fp_rule* r
     nmiss[0] = 0
@@ -717,7 +794,10 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
         if r.action == FR_ACT_TO_TBL:
             if r.slot < 0 or <uint32_t>r.slot >= c.nlpm6:
                 continue
-            v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
+            if sdev:
+                v = fib6_table_strict(c, r.slot, daddr, sdev)
+            else:
+                v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
             tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
             if v == 0 or v >= c.ndst or (c.lpm6[r.slot].throws and c.dsts[v].type == RTN_THROW):
                 if nmiss[0] < 255:
@@ -890,6 +970,21 @@ cdef inline const fp_nh* dst_nexthop(const ctx_t* c, const fp_dst* d, uint32_t h
         if h <= c.nhs[first + k].upper_bound:
             return &c.nhs[first + k]
     return &c.nhs[first + d.nh_count - 1]
+
+
+cdef inline const fp_nh* dst_nexthop_strict(const ctx_t* c, const fp_dst* d, uint32_t hash,
+                                           uint32_t dev) noexcept nogil:
+    """fib6_select_path() after a strict-interface lookup on ``dev``: the
+    hash's nexthop if it is through ``dev`` (rt6_score_route() >= 0), else
+    the one rt6_select() matched, the first through ``dev``."""
+    cdef const fp_nh* nh = dst_nexthop(c, d, hash)
+    cdef uint32_t k
+    if nh == NULL or nh.oif == dev:
+        return nh
+    for k in range(d.nh_count):
+        if c.nhs[d.nh_first + k].oif == dev:
+            return &c.nhs[d.nh_first + k]
+    return nh
 
 
 cdef inline uint32_t flow_hash6(const uint8_t* ip6) noexcept nogil:
@@ -1229,7 +1324,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     memcpy(odst, ip6 + 24, 16)
     p.reason = reason
     tr(c, T_ICMP_DUE, type, code, osrc)
-    if is_local_addr(c, 6, odst) or (c.fwd6 and is_subnet_anycast(c, p.iif, odst)):
+    if ipv6_chk_addr_dev(c, odst, p.iif) or (c.fwd6 and is_subnet_anycast(c, p.iif, odst)):
         memcpy(saddr, odst, 16)
         have_saddr = True
     if in6_is_multicast(odst):
@@ -1253,16 +1348,16 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     cdef uint8_t zero[16]
     memset(zero, 0, 16)
     if not have_saddr:
-        rt = fib6_lookup(c, osrc, zero, c.lo_ifindex, &nmiss)
+        rt = icmp6_route_lookup(c, p, osrc, zero, &nmiss)
         d = &c.dsts[rt]
         if (d.type == RTN_UNICAST or d.type == RTN_LOCAL) and not in6_is_zero(d.prefsrc):
             memcpy(saddr, d.prefsrc, 16)
             have_saddr = True
         elif ipv6_get_saddr(c, p.iif, osrc, saddr):
             have_saddr = True
-            rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex, &nmiss)
+            rt = icmp6_route_lookup(c, p, osrc, saddr, &nmiss)
     else:
-        rt = fib6_lookup(c, osrc, saddr, c.lo_ifindex, &nmiss)
+        rt = icmp6_route_lookup(c, p, osrc, saddr, &nmiss)
     d = &c.dsts[rt]
     # icmpv6_route_lookup: no error sent where there is no route back, nor
     # to one of our own (local or anycast) addresses
@@ -1534,7 +1629,10 @@ cdef int ip6_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
     if not c.fwd6:
         set_drop(p, R_FORWARDING_DISABLED)
         return -1
-    nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
+    if d.nh_count > 1 and p.strict_oif:
+        nh = dst_nexthop_strict(c, d, mp_hash6(c, p), p.strict_oif)
+    else:
+        nh = dst_nexthop(c, d, mp_hash6(c, p) if d.nh_count > 1 else 0)
     if nh == NULL:
         set_drop(p, R_NO_ROUTE)
         return -1
@@ -1657,7 +1755,7 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         else:
             set_drop(p, R_MULTICAST)
         return
-    rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+    rt = ip6_route_input_lookup(c, p, ip6 + 24, ip6 + 8, &nmiss)
     ip6_input_route(c, p, rt)
 
 
@@ -1704,12 +1802,12 @@ cdef int ip6_dst_input(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
     elif d.type == RTN_MULTICAST:
         set_drop(p, R_MULTICAST)
     else:
-        # ip6_null_entry and unreachable routes: ip6_pkt_discard
-        if in6_is_zero(ip6 + 24):
-            set_drop(p, R_DADDR_INVALID)
-        else:
-            icmp6_send(c, p, ICMP6_DEST_UNREACH, ICMP6_NOROUTE, 0,
-                       R_NO_ROUTE if rt == DST_IP6_NULL else R_UNREACHABLE)
+        # ip6_null_entry and unreachable routes: ip6_pkt_discard (the
+        # unspecified destination counts as an address error, and is
+        # answered all the same: ip6_pkt_drop)
+        icmp6_send(c, p, ICMP6_DEST_UNREACH, ICMP6_NOROUTE, 0,
+                   R_DADDR_INVALID if in6_is_zero(ip6 + 24) else
+                   R_NO_ROUTE if rt == DST_IP6_NULL else R_UNREACHABLE)
     return 0
 
 
@@ -1817,7 +1915,7 @@ cdef int ipv6_srh_rcv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
         hdr[3] -= 1
         memcpy(ip6 + 24, hdr + 8 + (<int32_t>hdr[3] << 4), 16)
         tr(c, T_ADVANCE, hdr[3], 0, ip6 + 24)
-        rt = fib6_lookup(c, ip6 + 24, ip6 + 8, p.iif, &nmiss)
+        rt = ip6_route_input_lookup(c, p, ip6 + 24, ip6 + 8, &nmiss)
         if c.dsts[rt].type == RTN_LOCAL or c.dsts[rt].type == RTN_ANYCAST:
             tr(c, T_ROUTE, rt, 6, NULL)
             if ip6[7] <= 1:
@@ -2065,23 +2163,27 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
     cdef const uint8_t* daddr = nhaddr if nhaddr != NULL else ip6 + 24
     cdef uint32_t rt, v, nmiss = 0
     if not by_table:
-        rt = fib6_lookup(c, daddr, ip6 + 8, p.iif, &nmiss)
+        rt = ip6_route_input_lookup(c, p, daddr, ip6 + 8, &nmiss)
         if c.refmode != MODE_NOREF:
             # without RT6_LOOKUP_F_DST_NOREF: every table that misses holds
             # and puts ip6_null_entry, the route found is held
             null_hold_put(c, nmiss)
             if not dst_hold_pkt(c, p, rt):
                 c.hold_fail += 1
-                rt = fib6_walk(c, daddr, ip6 + 8, p.iif, &nmiss, p)
+                rt = fib6_walk(c, daddr, ip6 + 8, p.iif, &nmiss, p,
+                               p.iif if rt6_need_strict(daddr) else 0)
                 if rt == DST_IP6_NULL:
                     dst_hold_pkt(c, p, rt)
     elif slot < 0 or <uint32_t>slot >= c.nlpm6:
+        p.strict_oif = 0
         tr(c, T_TABLE, 0xFFFFFFFFu, DST_IP6_BLACKHOLE, daddr)
         rt = DST_IP6_BLACKHOLE
         if c.refmode != MODE_NOREF:
             dst_hold_pkt(c, p, rt)
         return rt
     else:
+        # ip6_pol_route(table, oif 0) without RT6_LOOKUP_F_IFACE: not strict
+        p.strict_oif = 0
         rt = table_route(c, lpm6_cached(c, slot, daddr), DST_IP6_NULL)
         tr(c, T_TABLE, slot, rt, daddr)
         dst_use(c, rt)
@@ -2581,7 +2683,7 @@ cdef int seg6_headend(ctx_t* c, pkt_t* p, uint32_t rt) noexcept nogil:
         p.family = 6
     # ip6_route_input() on the new header, then dst_input()
     l3 = p.row + p.l3
-    rt2 = fib6_lookup(c, l3 + 24, l3 + 8, p.iif, &nmiss)
+    rt2 = ip6_route_input_lookup(c, p, l3 + 24, l3 + 8, &nmiss)
     return ip6_dst_input(c, p, rt2)
 
 
@@ -2643,10 +2745,6 @@ cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
 # ---------------------------------------------------------------------------
 # IPv4
 # ---------------------------------------------------------------------------
-
-cdef inline bint ip4_martian(uint32_t a) noexcept nogil:
-    return (a >> 24) == 0 or (a >> 24) == 127 or (a >> 28) == 0xE or a == 0xFFFFFFFFu
-
 
 cdef inline void ip_decrease_ttl(uint8_t* ip4) noexcept nogil:
     """ip_decrease_ttl(): incremental checksum exactly as the kernel computes it."""
@@ -2759,9 +2857,11 @@ cdef inline uint16_t ip4_route_martian(uint32_t saddr, uint32_t daddr) noexcept 
         return R_SADDR_INVALID
     if daddr == 0xFFFFFFFFu or (saddr == 0 and daddr == 0):
         return IP4_LIMITED_BCAST
-    if (saddr >> 24) == 0 or (saddr >> 24) == 127:
+    # 0.0.0.0/8 is unicast but for 0.0.0.0 itself (Linux 5.3, "Allow
+    # 0.0.0.0/8 as a valid address range": ipv4_is_zeronet checks 0 only)
+    if saddr == 0 or (saddr >> 24) == 127:
         return R_SADDR_INVALID
-    if (daddr >> 24) == 0 or (daddr >> 24) == 127:
+    if daddr == 0 or (daddr >> 24) == 127:
         return R_DADDR_INVALID
     return 0
 
@@ -3092,6 +3192,10 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
     if (srh[2] != 4 or sl == 0 or sl > <uint32_t>srh[4] + 1
             or srhlen != 8 + ((<int32_t>srh[4] + 1) << 4) or IP6_HLEN + srhlen > p.l3len):
         return False
+    # a next segment (or nexthop) looked up on the ingress device only is
+    # the general path's
+    if rt6_need_strict(known if known != NULL else srh + 8 + ((sl - 1) << 4)):
+        return False
     # advance (undone below if the general path must take the packet)
     memcpy(&old0, ip6 + 24, 8)
     memcpy(&old1, ip6 + 32, 8)
@@ -3242,6 +3346,8 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
     if s.action == S6_END_DX6:
         if not in6_is_zero(s.nh6):
             known = s.nh6
+        if rt6_need_strict(known if known != NULL else inner + 24):
+            return False
         rt2 = fib6_cached_as(c, known if known != NULL else inner + 24, inner + 8, p.iif, &nmiss, False)
     else:
         if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
@@ -3297,7 +3403,7 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
         return
     ip6 = row + start + l2
     l3len = length - l2
-    if (ip6[0] >> 4) != 6 or ip6[24] == 0xFF:
+    if (ip6[0] >> 4) != 6 or rt6_need_strict(ip6 + 24):
         return
     e.k1 = start + l2 + 24
     if c.last_gen == c.rcache_gen and eq16(ip6 + 24, c.last_da):
@@ -3334,6 +3440,8 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
             return
         e.k2 = start + l2 + IP6_HLEN + 8 + <int32_t>((sl - 1) << 4)
         e.key2 = srh + 8 + ((sl - 1) << 4)
+    if rt6_need_strict(e.key2):
+        e.k2 = -1                         # (the fast path leaves it to the general one)
 
 
 cdef inline void prefetch_route(const ctx_t* c, uint32_t rt) noexcept nogil:
@@ -3368,7 +3476,7 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
         asked += 1
         if not c.rcache_on:
             c.rcache_misses += 1
-            pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL)
+            pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL, 0)
         elif not bypass and rcache_get(c, rcache_bucket(c, pre[j].key2), pre[j].key2, &v):
             pre[j].rt2 = v & 0xFFFFFF
             pre[j].m2 = v >> 24
@@ -3424,8 +3532,11 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     if idev == NULL or not (idev.flags & DEVF_UP) or (ip6[0] >> 4) != 6:
         return 0
     # ip6_rcv_core(): what it refuses, and hop-by-hop options, are the
-    # general path's; so are multicast destinations
+    # general path's; so are multicast and link-local destinations (a
+    # strict-interface lookup: rt6_need_strict)
     if ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
+        return 0
+    if ip6[24] == 0xFE and (ip6[25] & 0xC0) == 0x80:
         return 0
     if (ip6[8] == 0 and in6_is_loopback(ip6 + 8)) or (ip6[24] == 0 and in6_is_loopback(ip6 + 24)):
         return 0
@@ -3520,6 +3631,7 @@ cdef inline void pkt_reset(pkt_t* p) noexcept nogil:
     p.held = -1
     p.chk_dst = 0xFFFFFFFFu
     p.nencap = 0
+    p.strict_oif = 0
     memset(p.nexthop, 0, 16)
 
 
@@ -3864,7 +3976,7 @@ cdef class Datapath:
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
              int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False, dfast=None,
-             throw_slots6=None, throw_slots4=None):
+             throw_slots6=None, throw_slots4=None, strict6=None):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots.
@@ -3872,7 +3984,9 @@ cdef class Datapath:
         entry of ``dsts``; Tables.dfast), or None for none (every route
         entry is then read).  ``throw_slots6``/``throw_slots4``: the slots
         of the tables that hold throw routes (a lookup elsewhere does not
-        read the entry it finds to tell), or None for all of them."""
+        read the entry it finds to tell), or None for all of them.
+        ``strict6``: the routes a strict-interface IPv6 lookup may return
+        (uint8 rows of fp_strict, Tables.strict6), or None for none."""
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
@@ -3886,6 +4000,15 @@ cdef class Datapath:
                 raise TypeError(f"{name}: expected a C-contiguous array of {size}-byte records")
         if len(dsts) < DST_FIRST_ROUTE:
             raise ValueError("dsts must hold the reserved entries")
+        if strict6 is None:
+            strict6 = np.zeros((0, sizeof(fp_strict)), dtype=np.uint8)
+        if (not isinstance(strict6, np.ndarray) or not strict6.flags.c_contiguous
+                or strict6.dtype != np.uint8 or strict6.ndim != 2 or strict6.shape[1] != sizeof(fp_strict)):
+            raise TypeError(f"strict6: expected a C-contiguous array of {sizeof(fp_strict)}-byte records")
+        for k in range(len(strict6)):
+            if strict6[k, 16:20].view(np.uint32)[0] >= len(dsts) or strict6[k, 28] > 128:
+                raise ValueError(f"strict6[{k}]: route entry or prefix length out of range")
+        refs.append(strict6)
         if dfast is None:
             dfast = np.zeros(len(dsts), dtype=np.uint32)
         _check_array(dfast, "dfast", cnp.NPY_UINT32, 1, -1)
@@ -3914,6 +4037,8 @@ cdef class Datapath:
         _resolve_adjacencies(&self.c, <adj_t*>cnp.PyArray_DATA(adj))
         refs.append(adj)
         self.c.adj = <const adj_t*>cnp.PyArray_DATA(adj)
+        self.c.strict6 = <const fp_strict*>cnp.PyArray_DATA(strict6)
+        self.c.nstrict6 = len(strict6)
         self.c.rules6 = <const fp_rule*>cnp.PyArray_DATA(rules6)
         self.c.nrules6 = len(rules6)
         self.c.rules4 = <const fp_rule*>cnp.PyArray_DATA(rules4)
@@ -4321,6 +4446,7 @@ cdef class Datapath:
         return {"dst": sizeof(fp_dst), "nh": sizeof(fp_nh), "dev": sizeof(fp_dev),
                 "addr": sizeof(fp_addr), "rule": sizeof(fp_rule), "neigh": sizeof(fp_neigh),
                 "s6l": sizeof(fp_s6l), "pcpu": sizeof(fp_pcpu), "hmac_key": sizeof(fp_hmac_key),
+                "strict": sizeof(fp_strict),
                 "reasons": R_COUNT}
 
 
@@ -4365,6 +4491,7 @@ def record_offsets():
     cdef fp_neigh ne
     cdef fp_s6l sl
     cdef fp_hmac_key hk
+    cdef fp_strict st
     cdef char* b
     b = <char*>&d
     dst = {"refcnt": <char*>&d.refcnt - b, "gen": <char*>&d.gen - b, "type": <char*>&d.type - b,
@@ -4407,8 +4534,11 @@ def record_offsets():
     hmac_key = {"keyid": <char*>&hk.keyid - b, "algo": <char*>&hk.algo - b, "slen": <char*>&hk.slen - b,
                 "secret": <char*>&hk.secret[0] - b, "istate": <char*>&hk.istate[0] - b,
                 "ostate": <char*>&hk.ostate[0] - b}
+    b = <char*>&st
+    strict = {"prefix": <char*>&st.prefix[0] - b, "dst": <char*>&st.dst - b, "oif": <char*>&st.oif - b,
+              "slot": <char*>&st.slot - b, "plen": <char*>&st.plen - b}
     return {"dst": dst, "nh": nhs, "dev": devs, "addr": addrs, "rule": rules, "neigh": neighs,
-            "s6l": s6l, "hmac_key": hmac_key}
+            "s6l": s6l, "hmac_key": hmac_key, "strict": strict}
 
 
 cdef _check_array(object a, str name, int typenum, int ndim, Py_ssize_t n):

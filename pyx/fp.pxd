@@ -208,6 +208,14 @@ ctypedef struct fp_rule:         # 64 bytes
     int32_t slot                 # 48  index of the table's LPM (-1: empty table)
     uint8_t pad[12]              # 52
 
+ctypedef struct fp_strict:       # 32 bytes: a route a strict-interface IPv6 lookup may return
+    uint8_t prefix[16]           # 0   (rt6_need_strict destinations: link-local, multicast,
+    uint32_t dst                 # 16   loopback; RT6_LOOKUP_F_IFACE): the route entry
+    uint32_t oif                 # 20  one of the route's devices (a row per device)
+    int32_t slot                 # 24  LPM slot of the route's table
+    uint8_t plen                 # 28
+    uint8_t pad[3]               # 29
+
 ctypedef struct fp_neigh:        # 32 bytes
     uint8_t addr[16]             # 0   IPv4 in bytes 0..3
     uint32_t ifindex             # 16

@@ -138,7 +138,8 @@ def test_nexthop_rows_and_fast_words_stay_right_through_churn(seed):
             continue
         r.configure(line)
         live = {}
-        for e in t.entries.values():
+        installed = list(t.entries.values()) + list(t.strict_entries.values())
+        for e in installed:
             rows = _rows(t, e)
             assert [int(x["oif"]) for x in rows] == [int(n[3]) for n in e.sig[2]]
             assert [bytes(x["gw"][:16]) for x in rows] == [
@@ -148,7 +149,7 @@ def test_nexthop_rows_and_fast_words_stay_right_through_churn(seed):
             if key is not None:
                 live[key] = live.get(key, 0) + 1
         assert {k: v[1] for k, v in t.nh_shared.items()} == live
-        used = {e.dst for e in t.entries.values()}
+        used = {e.dst for e in installed}
         free = [i for i in range(tables.DST_FIRST_ROUTE, len(t.dsts)) if i not in used]
         assert not t.dfast[free].any()
 
