@@ -1697,21 +1697,25 @@ cdef int ip6_forward_out(ctx_t* c, pkt_t* p, uint32_t route_mtu, uint32_t oif,
     return 0
 
 
-cdef inline bint ip6_mc_local(const uint8_t* a) noexcept nogil:
-    """Groups every node (and router) has joined: all-nodes, all-routers,
-    solicited-node."""
-    cdef int k
-    for k in range(2, 15):
+cdef bint ip6_mc_local(const ctx_t* c, const uint8_t* a, uint32_t iif) noexcept nogil:
+    """ipv6_chk_mcast_addr(): the groups the ingress device has joined --
+    all-nodes (ff02::1), all-routers (ff02::2, ff05::2) when forwarding,
+    and the solicited-node group (ff02::1:ffXX:XXXX) of each of its
+    addresses.  (Interface-local groups never arrive: ip6_rcv_core.)"""
+    cdef uint32_t k
+    for k in range(2, 11):
         if a[k] != 0:
-            break
-    else:
-        return a[15] == 1 or a[15] == 2
-    # ff02::1:ffXX:XXXX solicited-node
-    if a[1] == 0x02 and a[11] == 0x01 and a[12] == 0xFF:
-        for k in range(2, 11):
-            if a[k] != 0:
-                return False
-        return True
+            return False
+    if a[11] == 0 and a[12] == 0 and a[13] == 0 and a[14] == 0:
+        if a[1] == 0x02:
+            return a[15] == 1 or (a[15] == 2 and c.fwd6)
+        return a[1] == 0x05 and a[15] == 2 and c.fwd6
+    if a[1] != 0x02 or a[11] != 0x01 or a[12] != 0xFF:
+        return False
+    for k in range(c.naddr):
+        if (c.addrs[k].family == 6 and c.addrs[k].ifindex == iif
+                and memcmp(c.addrs[k].addr + 13, a + 13, 3) == 0):
+            return True
     return False
 
 
@@ -1749,7 +1753,7 @@ cdef void ip6_input(ctx_t* c, pkt_t* p) noexcept nogil:
         if ip6_parse_hopopts(c, p):
             return
     if in6_is_multicast(ip6 + 24):
-        if ip6_mc_local(ip6 + 24):
+        if ip6_mc_local(c, ip6 + 24, p.iif):
             p.verdict = V_LOCAL
             p.reason = R_NONE
         else:
@@ -2880,7 +2884,12 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
     cdef const fp_dst* d
     cdef const fp_dev* idev
     cdef uint16_t martian = ip4_route_martian(saddr, daddr)
-    if martian == IP4_LIMITED_BCAST:
+    if martian == IP4_LIMITED_BCAST or (martian == R_MULTICAST and daddr == 0xE0000001u
+                                        and saddr != 0 and (saddr >> 28) != 0xE
+                                        and saddr != 0xFFFFFFFFu):
+        # (ip_route_input_mc: every IPv4 device has joined 224.0.0.1, the
+        # all-hosts group; other groups are not joined and mc_forwarding is
+        # off: dropped)
         p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0

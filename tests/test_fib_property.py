@@ -85,11 +85,19 @@ DST_POOL = {
         "2001:db8:a000::/120", "2001:db8:a000::1/128", "2001:db8:a000::ff:0/112",
         "2001:db8:a000::ff:1/128", "2001:db8:a0ff::/48", "2001:db8:a0ff:100::/56",
         "2001:db8:a0ff:100::/64", "2001:db8:af00::/40", "2001:db8:af00::/44",
-        "2001:db8:af00::8/127", "2001:db8::/32", "::/0", "3fff::/20", "3fff:0:8000::/33"),
+        "2001:db8:af00::8/127", "2001:db8::/32", "::/0", "3fff::/20", "3fff:0:8000::/33",
+        # scopes and special ranges: link-local (looked up on the ingress
+        # device only), prefixes around it, site-local, v4-mapped and -compatible
+        "fe80::/10", "fe80::/64", "fe80::/16", "fe8f:7ad6:9f6b:1600::/56",
+        "fea6:d803:b4a1:3725::/64", "fe00::/7", "fe00::/9", "8000::/1", "fec0::/10",
+        "::ffff:0:0/96", "::/96", "::/8"),
     4: ("198.18.0.0/15", "198.18.0.0/16", "198.18.0.0/20", "198.18.0.0/24", "198.18.0.0/25",
         "198.18.0.128/25", "198.18.0.1/32", "198.18.0.254/31", "198.19.0.0/16",
         "198.19.128.0/17", "198.19.255.0/24", "198.19.255.7/32", "192.0.2.0/24",
-        "192.0.2.64/26", "203.0.113.0/24", "100.64.0.0/10", "10.0.0.0/8", "0.0.0.0/0"),
+        "192.0.2.64/26", "203.0.113.0/24", "100.64.0.0/10", "10.0.0.0/8", "0.0.0.0/0",
+        # special ranges: 0/8 (unicast but for 0.0.0.0), link-local, class E,
+        # multicast (never looked up: ip_route_input_mc)
+        "0.0.0.0/8", "169.254.0.0/16", "169.254.7.0/24", "240.0.0.0/4", "224.0.0.0/4"),
 }
 # rule "to" selectors: the route prefixes, and some that cover the sources
 # (they steer the ICMP errors' own route lookups)
@@ -107,6 +115,24 @@ SPECIAL_DSTS = {
         "10.0.1.0", "10.0.1.5", "10.0.2.9", "10.0.3.77"),
 }
 ROUTER_ADDRS = {f: tuple(IF_ADDRS[d][f].ip for d in IFACES) for f in (4, 6)}
+# destinations of every scope and special range: those a route lookup
+# answers (unicast), and those the input path decides before any lookup
+SCOPE_DSTS = {
+    6: {"unicast": ("fe80::1", "fe80::5", "fe8f:7ad6:9f6b:1673:2dd9:6b62:942:c3fb",
+                    "fea6:d803:b4a1:3725::5", "febf:ffff::1", "fec0::1", "::ffff:10.0.2.9",
+                    "::ffff:198.18.0.1", "::10.0.2.9", "64:ff9b::c612:1", "100::1"),
+        "other": ("ff02::1", "ff02::2", "ff05::2", "ff02::1:ff00:1", "ff02::1:ff00:9", "ff0e::1",
+                  "ff01::1", "ff00::1", "ff12::1234", "::1", "::")},
+    4: {"unicast": ("0.1.2.3", "0.0.0.1", "169.254.1.1", "169.254.7.9", "240.0.0.1",
+                    "254.255.255.1", "100.64.0.1"),
+        "other": ("0.0.0.0", "127.0.0.1", "127.1.2.3", "224.0.0.1", "224.0.0.251", "239.1.2.3",
+                  "255.255.255.255")},
+}
+
+
+def need_strict(fam, a: int) -> bool:
+    """rt6_need_strict(): link-local, multicast and loopback destinations."""
+    return fam == 6 and (a >> 118 == 0x3FA or a >> 120 == 0xFF or a == 1)
 
 
 def _overlaps_sources(fam, prefix) -> bool:
@@ -123,9 +149,7 @@ def base_config() -> str:
     for d in IFACES:
         for f in (6, 4):
             lines.append(f"ip -{f} addr add {IF_ADDRS[d][f]} dev {d}")
-    for f in (6, 4):
-        pfx, gw = CLIENT_ROUTE[f]
-        lines.append(f"ip -{f} route add {pfx} via {gw} dev tun0")
+    lines += [r.line("add") for r in BASE_ROUTES]
     return "\n".join(lines) + "\n"
 
 
@@ -259,11 +283,7 @@ class Fib:
     """The control plane as plain data, and the kernel's lookup over it."""
 
     def __init__(self):
-        self.routes: dict = {}
-        for f in (6, 4):
-            pfx, gw = CLIENT_ROUTE[f]
-            r = R(f, MAIN, pfx, 1024 if f == 6 else 0, "unicast", ((gw, "tun0", 1),))
-            self.routes[r.key] = r
+        self.routes: dict = {r.key: r for r in BASE_ROUTES}
         self.rules = {f: list(DEFAULT_RULES[f]) for f in (6, 4)}
         self.rule_log = {6: [], 4: []}     # every rule add/del line, in order
         self._index = None
@@ -321,8 +341,7 @@ class Fib:
         """base_config() + every route, then the rule changes (routes first: the
         kernel validates gateways through the rules)."""
         lines = [base_config().rstrip("\n")]
-        client = {(f, MAIN, CLIENT_ROUTE[f][0], 1024 if f == 6 else 0) for f in (6, 4)}
-        lines += [r.line("add") for k, r in self.routes.items() if k not in client]
+        lines += [r.line("add") for k, r in self.routes.items() if k not in BASE_KEYS]
         for f in (6, 4):
             lines += self.rule_lines(f)
         return "\n".join(lines) + "\n"
@@ -339,15 +358,29 @@ class Fib:
                            for k, v in idx.items()}
         return self._index
 
-    def table_lookup(self, fam, table, dst: int):
+    def table_lookup(self, fam, table, dst: int, dev=None):
+        """The table's route for ``dst``: longest prefix, then lowest metric;
+        with ``dev`` (a strict-interface lookup, RT6_LOOKUP_F_IFACE) the
+        first route through ``dev`` in that order -- reject routes, on lo,
+        never."""
         for net, mask, r in self._tables().get((fam, table), ()):
             if dst & mask == net:
-                return r
+                if dev is None:
+                    return r
+                if r.type in ("unicast", "local", "anycast") and dev in self.devices(r):
+                    return r
         return None
 
-    def lookup(self, fam, src, dst, iif) -> Decision:
+    @staticmethod
+    def devices(r: R) -> set:
+        return {dev or resolve_dev(r.fam, gw) for gw, dev, _w in r.nhs}
+
+    def lookup(self, fam, src, dst, iif, oif=None) -> Decision:
         """fib_rules_lookup: ``src``/``dst`` as ints (``src`` None: no
-        source address), ``iif`` a device name ("lo" for output lookups)."""
+        source address), ``iif`` a device name ("lo" for output lookups).
+        A destination that needs a strict interface is looked up on the
+        ingress device only (input), or on ``oif`` (output)."""
+        strict = (oif if iif == "lo" else iif) if need_strict(fam, dst) else None
         for rule in self.rules[fam]:
             if rule.iif is not None and rule.iif != iif:
                 continue
@@ -361,7 +394,7 @@ class Fib:
                     continue
             if rule.action != "lookup":
                 return Decision("rule", rule.action, rule=rule)
-            r = self.table_lookup(fam, rule.table, dst)
+            r = self.table_lookup(fam, rule.table, dst, strict)
             if r is None or r.type == "throw":
                 continue
             return Decision("route", r.type, route=r, rule=rule)
@@ -375,9 +408,16 @@ class Fib:
         return out
 
     def expect(self, fam, src: str, dst: str, iif: str) -> "Expect":
-        d = self.lookup(fam, int(IP(src)), int(IP(dst)), iif)
+        a = IP(dst)
+        before = self.before_lookup(fam, a, iif)
+        if before is not None:
+            return before
+        d = self.lookup(fam, int(IP(src)), int(a), iif)
         if d.type == "unicast":
-            return Expect("forward", d, paths=self.paths(d.route, dst))
+            paths = self.paths(d.route, dst)
+            if need_strict(fam, int(a)):      # fib6_select_path stays on the ingress device
+                paths = {x for x in paths if x[0] == iif}
+            return Expect("forward", d, paths=paths)
         if d.type in ("local", "anycast", "broadcast"):
             return Expect("local", d)
         if d.type == "blackhole":
@@ -390,6 +430,8 @@ class Fib:
             reasons, codes = {"unreachable", "no_route"}, {(1, 0)} if fam == 6 else {(3, 0)}
         else:                         # no route: ENETUNREACH
             reasons, codes = {"no_route"}, {(1, 0)} if fam == 6 else {(3, 0)}
+        if fam == 6 and a.is_unspecified and codes == {(1, 0)}:
+            reasons = {"daddr_invalid"}  # ip6_pkt_drop: an address error, answered all the same
         # The error's source, then its own route: an output lookup from lo
         # towards the source, from that address.  IPv6 (icmp6_send): the
         # packet's destination when it is an address of the router
@@ -416,6 +458,45 @@ class Fib:
             srcs = {str(IF_ADDRS[dev][4].ip) for dev, _ in paths}
         return Expect("icmp", d, reasons=reasons, paths=paths, codes=codes, icmp_srcs=srcs)
 
+    @staticmethod
+    def before_lookup(fam, a, iif) -> "Expect | None":
+        """What the input path decides before any route lookup: ip6_rcv_core
+        and ip6_mc_input (a multicast destination is delivered if the
+        ingress device joined the group, never forwarded), ip_route_input's
+        multicast and martian checks."""
+        none = Decision("none", "before-lookup")
+        if fam == 6:
+            if a.is_loopback:
+                return Expect("drop", none, reasons={"daddr_invalid"})
+            if a.is_multicast:
+                if (int(a) >> 112) & 0xF <= 1:          # reserved or interface-local scope
+                    return Expect("drop", none, reasons={"daddr_invalid"})
+                own = IF_ADDRS[iif][6].ip.packed[13:]
+                joined = (a in (IP("ff02::1"), IP("ff02::2"), IP("ff05::2"))
+                          or a == IP("ff02::1:ff00:0") + int.from_bytes(own, "big"))
+                return Expect("local", none) if joined else Expect("drop", none, reasons={"multicast"})
+            return None
+        n = int(a)
+        if n >> 28 == 0xE:
+            return Expect("local", none) if a == IP("224.0.0.1") else \
+                Expect("drop", none, reasons={"multicast"})
+        if n == 0xFFFFFFFF:
+            return Expect("local", none)
+        if n == 0 or n >> 24 == 127:
+            return Expect("drop", none, reasons={"daddr_invalid"})
+        return None
+
+
+# the routes every configuration starts with (never changed by the
+# generator): the clients' prefixes, and link-local prefixes through two of
+# the devices, as addrconf gives every interface (here with metrics of
+# their own: one fe80::/64 per metric through iproute2)
+BASE_ROUTES = tuple(
+    [R(f, MAIN, CLIENT_ROUTE[f][0], 1024 if f == 6 else 0, "unicast", ((CLIENT_ROUTE[f][1], "tun0", 1),))
+     for f in (6, 4)]
+    + [R(6, MAIN, "fe80::/64", 256, "unicast", ((None, "tun0", 1),)),
+       R(6, MAIN, "fe80::/64", 300, "unicast", ((None, "tun1", 1),))])
+BASE_KEYS = frozenset(r.key for r in BASE_ROUTES)
 
 ROUTER_ANYCAST6 = tuple(IF_ADDRS[d][6].network.network_address for d in IFACES)
 
@@ -456,12 +537,13 @@ def udp_packet(src: str, dst: str, sport=4000, dport=5000, payload=b"fib-test", 
     return hdr + udp
 
 
-def _bad_dst(fam, a) -> bool:
+def routed_dst(fam, a) -> bool:
+    """An address a route lookup answers (a route get's destination):
+    not multicast, loopback, unspecified or martian."""
     if fam == 6:
-        return (a.is_multicast or a.is_link_local or a.is_loopback or a.is_unspecified
-                or a.is_site_local or int(a) >> 120 == 0)
-    first = int(a) >> 24
-    return first in (0, 127) or first >= 224
+        return not (a.is_multicast or a.is_loopback or a.is_unspecified)
+    n = int(a)
+    return not (n == 0 or n >> 24 == 127 or n >> 28 == 0xE or n == 0xFFFFFFFF)
 
 
 def _addr_in(rnd, net):
@@ -480,22 +562,27 @@ def _addr_in(rnd, net):
     return net.network_address + off
 
 
-def sample_dst(rnd, fam, prefixes=()) -> str:
+def sample_dst(rnd, fam, prefixes=(), routed_only=False) -> str:
     """An address biased to fall inside ``prefixes`` (the installed ones) and
-    the prefix pool; some router addresses and random ones."""
+    the prefix pool; some router addresses, addresses of every scope and
+    special range, and random ones from the whole address space.
+    ``routed_only``: only addresses a route lookup answers (routed_dst)."""
     while True:
         u = rnd.random()
-        if u < 0.5 and prefixes:
+        if u < 0.45 and prefixes:
             a = _addr_in(rnd, NET(rnd.choice(prefixes)))
-        elif u < 0.72:
+        elif u < 0.65:
             a = _addr_in(rnd, NET(rnd.choice(DST_POOL[fam])))
-        elif u < 0.82:
+        elif u < 0.75:
             a = IP(rnd.choice(SPECIAL_DSTS[fam]))
+        elif u < 0.87:
+            a = IP(rnd.choice(SCOPE_DSTS[fam]["unicast" if routed_only or u < 0.81 else "other"]))
         elif fam == 6:
-            a = ipaddress.IPv6Address((0x2 << 124) | rnd.getrandbits(125))
+            a = ipaddress.IPv6Address(rnd.getrandbits(128) if u > 0.95
+                                      else (0x2 << 124) | rnd.getrandbits(125))
         else:
             a = ipaddress.IPv4Address(rnd.getrandbits(32))
-        if _bad_dst(fam, a) or any(a in NET(p) for p in SOURCE_NETS[fam]):
+        if (routed_only and not routed_dst(fam, a)) or any(a in NET(p) for p in SOURCE_NETS[fam]):
             continue
         return str(a)
 
@@ -620,13 +707,12 @@ def gen_initial(ch, fib: Fib, n_routes: int, n_rules: int, kinds=ROUTE_KINDS) ->
 def gen_ops(ch, fib: Fib, n_ops: int) -> list:
     """Draw ``n_ops`` changes, apply them to ``fib``, return the lines."""
     lines = []
-    client = {(f, MAIN, CLIENT_ROUTE[f][0], 1024 if f == 6 else 0) for f in (6, 4)}
     for _ in range(n_ops):
         fam = ch.choice((6, 4))
         op = ch.choice(("set",) * 12 + ("del", "del", "readd", "readd", "rule", "rule",
                                         "rule-del", "rule-del", "append", "append", "flush",
                                         "default-rules"))
-        user_keys = [k for k in fib.routes if k[0] == fam and k not in client]
+        user_keys = [k for k in fib.routes if k[0] == fam and k not in BASE_KEYS]
         if op == "set" or (op in ("del", "readd", "append") and not user_keys):
             r = gen_route(ch, fam)
             if r.key in fib.routes:

@@ -19,6 +19,7 @@ def test_record_sizes_match_structs():
     assert tables.NEIGH_DTYPE.itemsize == sizes["neigh"]
     assert tables.S6L_DTYPE.itemsize == sizes["s6l"]
     assert tables.HMAC_KEY_DTYPE.itemsize == sizes["hmac_key"]
+    assert tables.STRICT_DTYPE.itemsize == sizes["strict"]
 
 
 def test_upper_bounds_are_kernel_hash_thresholds():
@@ -33,7 +34,7 @@ def test_field_offsets_match_structs():
     for name, dtype in (("dst", tables.DST_DTYPE), ("nh", tables.NH_DTYPE), ("dev", tables.DEV_DTYPE),
                         ("addr", tables.ADDR_DTYPE), ("rule", tables.RULE_DTYPE),
                         ("neigh", tables.NEIGH_DTYPE), ("s6l", tables.S6L_DTYPE),
-                        ("hmac_key", tables.HMAC_KEY_DTYPE)):
+                        ("hmac_key", tables.HMAC_KEY_DTYPE), ("strict", tables.STRICT_DTYPE)):
         want = {f: dtype.fields[f][1] for f in dtype.names}
         assert offs[name] == want, name
 
