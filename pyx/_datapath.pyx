@@ -1368,7 +1368,9 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         # an error about a packet we sent ourselves stays inside this node
         set_drop(p, reason)
         return False
-    nh = dst_nexthop(c, d, 0)
+    # (towards a link-local source the route was looked up on the ingress
+    # device, and the nexthop stays on it)
+    nh = dst_nexthop_strict(c, d, 0, p.iif) if in6_is_linklocal(osrc) else dst_nexthop(c, d, 0)
     if nh == NULL:
         set_drop(p, reason)
         return False

@@ -231,7 +231,7 @@ def packet_compare(k, router, fib, rnd, n):
     for j in range(n):
         fam = 6 if j % 2 else 4
         pfx = sorted({key[2] for key in fib.routes if key[0] == fam})
-        src = sample_src(rnd, fam) if fam == 6 else unique_v4_source(rnd)
+        src = sample_src(rnd, fam, link_local=0.08) if fam == 6 else unique_v4_source(rnd)
         dst = sample_dst(rnd, fam, pfx)
         iif = sample_iif(rnd)
         by_iif.setdefault(iif, []).append((fam, src, dst))

@@ -128,6 +128,12 @@ ip -6 route add fe80::/64 dev tun0
 ip -6 route add unreachable ::/8
 """, [("tun0", udp_packet(SRC["tun0"], "::"), "icmp", "tun0", "daddr_invalid", 0),
       ("tun1", udp_packet(SRC["tun1"], "::"), "icmp", "tun1", "daddr_invalid", 0)]),
+    ("... on a multipath route: the nexthop through the ingress device", """
+ip -6 route add fe80::/10 nexthop via 2001:db8:1::4 dev tun0 nexthop via 2001:db8:3::3 dev tun2 \
+    nexthop via 2001:db8:2::2 dev tun1
+ip -6 route add prohibit 2001:db8:a000::/48
+""", [("tun2", udp_packet("fe80::2", "2001:db8:a000::1"), "icmp", "tun2", "prohibit", 1),
+      ("tun1", udp_packet("fe80::2", "2001:db8:a000::1"), "icmp", "tun1", "prohibit", 1)]),
     ("IPv4 0.0.0.0/8 is unicast but for 0.0.0.0", """
 ip route add 0.0.0.0/8 via 10.0.1.2 dev tun0
 ip route add default via 10.0.2.2 dev tun1
