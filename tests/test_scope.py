@@ -115,6 +115,37 @@ ip -6 route add fe80::/64 nexthop via 2001:db8:1::2 dev tun0 nexthop via 2001:db
     ("End.X: its nexthop on the ingress device", END,
      [("tun0", srv6(["fc00::9", "fc00::2"], 1), "icmp", "tun0", "no_route", 0),
       ("tun1", srv6(["fc00::9", "fc00::2"], 1, SRC["tun1"]), "forward", "tun1", None, None)]),
+    ("End.T and End.DT6 look up one table, not strict (ip6_pol_route, oif 0)", """
+ip -6 route add fc00::3/128 encap seg6local action End.T table 100 dev tun0
+ip -6 route add fc00::4/128 encap seg6local action End.DT6 table 100 dev tun0
+ip -6 route add fe80::/64 dev tun1 table 100
+ip -6 route add unreachable fe90::/16 table 100
+""", [("tun0", srv6(["fe80::9", "fc00::3"], 1), "forward", "tun1", None, None),
+      ("tun0", srv6(["fe90::9", "fc00::3"], 1), "icmp", "tun0", "unreachable", 0),
+      ("tun0", bytes(IPv6(src=SRC["tun0"], dst="fc00::4") / IPv6(src=SRC["tun0"], dst="fe80::9")
+                     / UDP(sport=1, dport=2)), "forward", "tun1", None, None)]),
+    ("End.DX6 and End.B6.Encaps look up on the ingress device", """
+ip -6 route add fc00::5/128 encap seg6local action End.DX6 nh6 :: dev tun0
+ip -6 route add fc00::6/128 encap seg6local action End.B6.Encaps srh segs fe80::77 dev tun0
+ip -6 route add fe80::/64 dev tun1
+""", [("tun0", bytes(IPv6(src=SRC["tun0"], dst="fc00::5") / IPv6(src=SRC["tun0"], dst="fe80::9")
+                     / UDP(sport=1, dport=2)), "icmp", "tun0", "no_route", 0),
+      ("tun1", bytes(IPv6(src=SRC["tun1"], dst="fc00::5") / IPv6(src=SRC["tun1"], dst="fe80::9")
+                     / UDP(sport=1, dport=2)), "forward", "tun1", None, None),
+      ("tun1", srv6(["fc00::9", "fc00::6"], 1, SRC["tun1"]), "forward", "tun1", None, None)]),
+    ("a headend's outer destination on the ingress device", """
+ip -6 route add 2001:db8:77::/48 encap seg6 mode encap segs fe80::1 dev tun1
+ip -6 route add fe80::/64 dev tun1
+""", [("tun1", udp_packet(SRC["tun1"], "2001:db8:77::1"), "forward", "tun1", None, None),
+      # the error goes to the outer source, ours: nothing leaves
+      ("tun0", udp_packet(SRC["tun0"], "2001:db8:77::1"), "drop", None, "no_route", None)]),
+    ("an SRH addressed to the node: the next segment on the ingress device", """
+sysctl -w net.ipv6.conf.all.seg6_enabled=1
+sysctl -w net.ipv6.conf.tun0.seg6_enabled=1
+sysctl -w net.ipv6.conf.tun1.seg6_enabled=1
+ip -6 route add fe80::/64 dev tun1
+""", [("tun0", srv6(["fe80::9", "2001:db8:1::1"], 1), "icmp", "tun0", "no_route", 0),
+      ("tun1", srv6(["fe80::9", "2001:db8:2::1"], 1, SRC["tun1"]), "forward", "tun1", None, None)]),
     ("errors to a link-local source go back on the ingress device", """
 ip -6 route add 2001:db8:98::/48 via 2001:db8:2::2 dev tun1
 ip -6 route add default dev tun1
