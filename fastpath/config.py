@@ -69,7 +69,9 @@ Semantics follow the kernel (``net/ipv6/route.c``, ``net/ipv4/fib_*.c``,
 * sysctl defaults: forwarding = 1 for both families (fastpath is a router;
   Linux: 0); ICMP rate limits off (``net.ipv6.icmp.ratelimit`` = 0,
   ``net.ipv4.icmp_ratelimit`` = 0, ``net.ipv4.icmp_msgs_per_sec`` = 0, meaning
-  "no limit" to fastpath; Linux: 1000 ms / 1000 / 1000) for deterministic
+  "no limit" to fastpath; Linux: 1000 ms / 1000 / 1000; and ``ip_error()``'s
+  per-source limiter, ``net.ipv4.route.error_cost`` = 0, in jiffies of a
+  HZ 250 kernel; Linux: 250 with ``error_burst`` 1250) for deterministic
   output; the rest as Linux (``seg6_enabled`` 0, ``seg6_require_hmac`` 0,
   ``hop_limit`` 64, ``ip_default_ttl`` 64, ``auto_flowlabels`` 1, ...).
   Per-device values are copied from ``default`` when the interface is created;
@@ -375,6 +377,9 @@ _GLOBALS = {   # name -> (default, min, max)
     "net.ipv4.icmp_ratemask": (6168, 0, _INT_MAX),
     "net.ipv4.icmp_msgs_per_sec": (0, 0, _INT_MAX),
     "net.ipv4.icmp_msgs_burst": (50, 0, _INT_MAX),
+    # ip_error()'s limiter, in jiffies (HZ 250): off by default (Linux: 250, 1250)
+    "net.ipv4.route.error_cost": (0, 0, _INT_MAX),
+    "net.ipv4.route.error_burst": (1250, 0, _INT_MAX),
     "net.ipv4.fib_multipath_hash_policy": (0, 0, 3),
     "net.ipv6.fib_multipath_hash_policy": (0, 0, 3),
     "net.ipv4.fib_multipath_hash_fields": (7, 0, 2**32 - 1),

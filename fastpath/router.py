@@ -185,6 +185,8 @@ def load_kwargs(state, tables) -> dict:
                 seg6_flowlabel=s.sysctl("net.ipv6.seg6_flowlabel"),
                 icmp6_ratelimit_ms=s.sysctl("net.ipv6.icmp.ratelimit"),
                 icmp4_ratelimit_ms=s.sysctl("net.ipv4.icmp_ratelimit"),
+                ip_error_cost=s.sysctl("net.ipv4.route.error_cost"),
+                ip_error_burst=s.sysctl("net.ipv4.route.error_burst"),
                 icmp4_ratemask=s.sysctl("net.ipv4.icmp_ratemask"),
                 icmp_msgs_per_sec=s.sysctl("net.ipv4.icmp_msgs_per_sec"),
                 icmp_msgs_burst=s.sysctl("net.ipv4.icmp_msgs_burst"),

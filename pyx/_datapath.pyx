@@ -233,6 +233,8 @@ cdef struct ctx_t:
     # ICMP rate limiting, timed by packet timestamps (0 = off)
     int64_t icmp6_tmo_ns          # net.ipv6.icmp.ratelimit
     int64_t icmp4_tmo_ns          # net.ipv4.icmp_ratelimit
+    int64_t ip_error_cost_ns      # net.ipv4.route.error_cost (0: ip_error()'s limiter off)
+    int64_t ip_error_burst_ns     # net.ipv4.route.error_burst
     uint32_t icmp4_ratemask       # net.ipv4.icmp_ratemask
     int64_t msgs_per_sec          # net.ipv4.icmp_msgs_per_sec (global, both families)
     int64_t msgs_burst            # net.ipv4.icmp_msgs_burst
@@ -1168,17 +1170,14 @@ cdef bint make_headroom(const ctx_t* c, pkt_t* p, int32_t need) noexcept nogil:
 DEF XRLIM_BURST_FACTOR = 6
 
 
-cdef bint peer_allow(ctx_t* c, int family, const uint8_t* addr, int64_t tmo, int64_t now) noexcept nogil:
-    """inet_peer_xrlim_allow(): a token bucket per destination, refilled at
-    one token per ``tmo``, at most XRLIM_BURST_FACTOR tokens; a new peer
-    starts full.  The table is direct-mapped: a colliding destination
-    replaces the older one (the kernel's inet_peer also evicts)."""
+cdef peer_t* peer_get(ctx_t* c, int family, const uint8_t* addr, int64_t now) noexcept nogil:
+    """inet_getpeer(): the rate-limit state of an address.  The table is
+    direct-mapped: a colliding address replaces the older one (the kernel's
+    inet_peer also evicts); a new peer's last update is a minute ago, so
+    that its first refill is at the maximum."""
     cdef uint64_t a, b, h
     cdef peer_t* e
-    cdef int64_t token
     cdef int n = 16 if family == 6 else 4
-    if tmo <= 0:
-        return True
     memcpy(&a, addr, 8)
     memcpy(&b, addr + 8, 8)
     if family == 4:
@@ -1194,14 +1193,50 @@ cdef bint peer_allow(ctx_t* c, int family, const uint8_t* addr, int64_t tmo, int
         e.family = family
         e.tokens_ns = 0
         e.last_ns = now - 60000000000LL          # "the first calculation is at its maximum"
-    token = e.tokens_ns + (now - e.last_ns)
-    e.last_ns = now
-    if token > XRLIM_BURST_FACTOR * tmo:
-        token = XRLIM_BURST_FACTOR * tmo
-    if token < 0:
-        token = 0                                 # time went backwards
+    return e
+
+
+cdef bint peer_allow(ctx_t* c, int family, const uint8_t* addr, int64_t tmo, int64_t now) noexcept nogil:
+    """inet_peer_xrlim_allow(): a token bucket per destination, refilled at
+    one token per ``tmo``, at most XRLIM_BURST_FACTOR tokens -- capped only
+    when time has passed since the bucket's last update, so that ``tmo`` 0
+    (always allowed) leaves alone a bucket ip_error() has just updated, and
+    empties it otherwise (IPv4: ip_error() shares it)."""
+    cdef peer_t* e = peer_get(c, family, addr, now)
+    cdef int64_t token = e.tokens_ns
+    if now != e.last_ns:
+        token += now - e.last_ns
+        e.last_ns = now
+        if token > XRLIM_BURST_FACTOR * tmo:
+            token = XRLIM_BURST_FACTOR * tmo
+        if token < 0:
+            token = 0                             # time went backwards
     if token >= tmo:
         e.tokens_ns = token - tmo
+        return True
+    e.tokens_ns = token
+    return False
+
+
+cdef bint ip_error_allow(ctx_t* c, const uint8_t* saddr, int64_t now) noexcept nogil:
+    """ip_error()'s own limiter of the unreachables it sends: per source, a
+    token per error_cost of time, at most error_burst, on the inet_peer
+    bucket icmpv4_xrlim_allow() uses too (so with icmp_ratelimit 0 and the
+    type in icmp_ratemask, each error sent empties it).  True while
+    error_cost is 0 (fastpath's default: off; Linux: 1 s, burst 5 s)."""
+    cdef peer_t* e
+    cdef int64_t token
+    if c.ip_error_cost_ns <= 0:
+        return True
+    e = peer_get(c, 4, saddr, now)
+    token = e.tokens_ns + (now - e.last_ns)
+    if token > c.ip_error_burst_ns:
+        token = c.ip_error_burst_ns
+    if token < 0:
+        token = 0                                 # time went backwards
+    e.last_ns = now
+    if token >= c.ip_error_cost_ns:
+        e.tokens_ns = token - c.ip_error_cost_ns
         return True
     e.tokens_ns = token
     return False
@@ -1496,7 +1531,10 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         set_drop(p, reason)
         return False
     if icmp4_limited(c, type, code):
-        if c.icmp4_tmo_ns > 0 and not peer_allow(c, 4, ip4 + 12, c.icmp4_tmo_ns, pkt_ts(c, p)):
+        # (with icmp_ratelimit 0 the bucket is looked at only where it is
+        # seen: ip_error()'s limiter shares it)
+        if ((c.icmp4_tmo_ns > 0 or c.ip_error_cost_ns > 0)
+                and not peer_allow(c, 4, ip4 + 12, c.icmp4_tmo_ns, pkt_ts(c, p))):
             set_drop(p, R_ICMP_SUPPRESSED)
             return False
         icmp_global_consume(c)
@@ -2939,21 +2977,28 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         set_drop(p, R_FORWARDING_DISABLED if d.type != RTN_BLACKHOLE else R_BLACKHOLE)
         return 0
     # ip_error()
+    cdef uint8_t code
+    cdef uint16_t reason
     if d.type == RTN_BLACKHOLE:
         set_drop(p, R_BLACKHOLE)
+        return 0
     elif d.type == RTN_PROHIBIT:
-        icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_PKT_FILTERED, 0, R_PROHIBIT, False)
+        code, reason = ICMP_PKT_FILTERED, R_PROHIBIT
     elif d.type == RTN_UNREACHABLE and rt != DST_IP4_NOROUTE and rt != DST_IP4_UNREACHABLE:
         # an unreachable route: EHOSTUNREACH (an unreachable rule action
         # returns ENETUNREACH, as no route at all: fib4_rule_action)
-        icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH, 0, R_UNREACHABLE, False)
+        code, reason = ICMP_HOST_UNREACH, R_UNREACHABLE
     elif rt == DST_IP4_UNREACHABLE:
-        icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_NET_UNREACH, 0, R_UNREACHABLE, False)
+        code, reason = ICMP_NET_UNREACH, R_UNREACHABLE
     elif d.type == RTN_MULTICAST or d.type == RTN_ANYCAST:
         set_drop(p, R_DADDR_INVALID)
         return -1
     else:
-        icmp4_send(c, p, ICMP_DEST_UNREACH, ICMP_NET_UNREACH, 0, R_NO_ROUTE, False)
+        code, reason = ICMP_NET_UNREACH, R_NO_ROUTE
+    if not ip_error_allow(c, ip4 + 12, pkt_ts(c, p)):
+        set_drop(p, R_ICMP_SUPPRESSED)
+        return 0
+    icmp4_send(c, p, ICMP_DEST_UNREACH, code, 0, reason, False)
     return 0
 
 
@@ -3985,6 +4030,7 @@ cdef class Datapath:
     def load(self, dsts, nhs, devs, addrs, neighs, rules6, rules4, lpm6, lpm4, s6l, srh_blob,
              hmac_keys, uint32_t lo_ifindex, bint fwd6, int ip_default_ttl, int hop_limit,
              tunsrc=None, int seg6_flowlabel=0, int icmp6_ratelimit_ms=0, int icmp4_ratelimit_ms=0,
+             int ip_error_cost=0, int ip_error_burst=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
              int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False, dfast=None,
              throw_slots6=None, throw_slots4=None, strict6=None):
@@ -4123,6 +4169,9 @@ cdef class Datapath:
         self.c.seg6_flowlabel = seg6_flowlabel
         self.c.icmp6_tmo_ns = <int64_t>icmp6_ratelimit_ms * 1000000
         self.c.icmp4_tmo_ns = <int64_t>icmp4_ratelimit_ms * 1000000
+        # (in jiffies, as the kernel's sysctls; fastpath's tick is HZ 250's)
+        self.c.ip_error_cost_ns = <int64_t>ip_error_cost * 4000000
+        self.c.ip_error_burst_ns = <int64_t>ip_error_burst * 4000000
         self.c.icmp4_ratemask = icmp4_ratemask
         if icmp_msgs_per_sec != self.c.msgs_per_sec or icmp_msgs_burst != self.c.msgs_burst:
             self.c.global_credit = icmp_msgs_burst

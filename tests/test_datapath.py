@@ -510,6 +510,69 @@ def test_icmp_ratelimit_is_timed_by_packet_timestamps():
     assert [x.verdict for x in b3.results()] == ["icmp"] * 10
 
 
+@pytest.mark.parametrize("ratelimit,ratemask,want", [
+    # ip_error() alone (unreachables not in icmp_ratemask): a burst of 5
+    # (error_burst / error_cost), then one a second
+    (0, 0, [True] * 5 + [False] * 3 + [True, True]),
+    # in the mask with icmp_ratelimit 0: icmpv4_xrlim_allow() lets each error
+    # through, and leaves alone the per-source bucket the two share (ip_error
+    # has just updated it: no time passed, no cap)
+    (0, 6168, [True] * 5 + [False] * 3 + [True, True]),
+    # icmp_ratelimit 1000 ms on the same bucket: each error takes a token
+    # for both, so 2 get through, then none for over two seconds
+    (1000, 6168, [True, True] + [False] * 8),
+])
+def test_ip_error_limiter_is_timed_by_packet_timestamps(ratelimit, ratemask, want):
+    """net.ipv4.route.error_cost / error_burst (jiffies, HZ 250), per
+    source, off by default."""
+    p = bytes(udp4("203.0.113.9"))                    # no route: net unreachable
+    ts = [k * 5_000_000 for k in range(8)] + [35_000_000 + 1_100_000_000, 35_000_000 + 2_200_000_000]
+    r = Router()
+    r.configure(NET)
+    b = Batch.from_packets([p] * len(ts), iif="tun0", timestamps_ns=ts)
+    r.process(b)
+    assert [x.verdict for x in b.results()] == ["icmp"] * len(ts)      # off by default
+    cfg = (NET + "sysctl -w net.ipv4.route.error_cost=250\nsysctl -w net.ipv4.route.error_burst=1250\n"
+           f"sysctl -w net.ipv4.icmp_ratelimit={ratelimit}\nsysctl -w net.ipv4.icmp_ratemask={ratemask}\n")
+    r = Router()
+    r.configure(cfg)
+    b = Batch.from_packets([p] * len(ts), iif="tun0", timestamps_ns=ts)
+    r.process(b)
+    assert [x.verdict == "icmp" for x in b.results()] == want
+    assert {x.reason for x, w in zip(b.results(), want) if not w} == {"icmp_suppressed"}
+    # per source: another source has its own bucket
+    other = bytes(udp4("203.0.113.9", src="10.0.1.3"))
+    b2 = Batch.from_packets([other], iif="tun0", timestamps_ns=[ts[-1]])
+    r.process(b2)
+    assert b2.results()[0].verdict == "icmp"
+    # the same capture replayed one packet at a time: the same answers
+    r2 = Router()
+    r2.configure(cfg)
+    b3 = Batch.from_packets([p] * len(ts), iif="tun0", timestamps_ns=ts)
+    for k in range(len(ts)):
+        r2.process(b3[k:k + 1])
+    assert [x.verdict == "icmp" for x in b3.results()] == want
+
+
+@pytest.mark.parametrize("ratemask,want", [
+    (0, [True, True, True, True, True, True, False]),
+    # a Time Exceeded in between, in the mask with icmp_ratelimit 0, empties
+    # the bucket ip_error() uses (icmpv4_xrlim_allow caps it at 0 tokens)
+    (6168, [True, True, True, True, False, False, False]),
+])
+def test_ip_error_shares_its_bucket_with_the_icmp_limit(ratemask, want):
+    unreach = bytes(udp4("203.0.113.9"))
+    expiring = bytes(udp4("192.0.2.1", ttl=1))
+    pkts = [unreach] * 3 + [expiring] + [unreach] * 3
+    r = Router()
+    r.configure(NET + "sysctl -w net.ipv4.route.error_cost=250\n"
+                f"sysctl -w net.ipv4.icmp_ratemask={ratemask}\n")
+    b = Batch.from_packets(pkts, iif="tun0", timestamps_ns=[k * 5_000_000 for k in range(len(pkts))])
+    r.process(b)
+    assert [x.verdict == "icmp" for x in b.results()] == want
+    assert b.results()[3].reason == "hop_limit_exceeded"
+
+
 @pytest.mark.parametrize("fam", [6, 4])
 def test_multipath_hash_policy_l4_spreads_flows_of_one_host_pair(fam):
     """Policy 0 hashes addresses only: one host pair takes one path whatever

@@ -13,9 +13,9 @@ from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 from fastpath import Router
 
 try:
-    from .kernel_compare import check
+    from .kernel_compare import check, mask_kernel_chosen
 except ImportError:  # pragma: no cover
-    from kernel_compare import check
+    from kernel_compare import check, mask_kernel_chosen
 
 CFG = """
 ip -6 addr add 2001:db8:1::1/64 dev tun0
@@ -234,3 +234,86 @@ def test_icmp_rate_limits_match_the_kernel():
     assert sent4 == [bool(g) for g in got4]
     assert sent6 == [True] * 6 + [False] * 4       # /64 back route: 250 ms a token, 6 in the bucket
     assert [x.reason for x in b6.results()][6:] == ["icmp_suppressed"] * 4
+
+
+@pytest.mark.parametrize("limits", [
+    {},                                                              # the oracle's: ratemask 0
+    {"net.ipv4.icmp_ratemask": "6168"},                              # in the mask, ratelimit 0
+    {"net.ipv4.icmp_ratelimit": "1000", "net.ipv4.icmp_ratemask": "6168"},
+], ids=["ip_error-alone", "ratemask", "ratelimit"])
+def test_ip_error_limiter_matches_the_kernel(limits):
+    """ip_error()'s per-source limiter of IPv4 unreachables: on in the
+    kernel (net.ipv4.route.error_cost / error_burst exist in the initial
+    namespace only, and apply to every one), off in fastpath unless set.
+    The same source sends 8 packets to an unroutable destination 5 ms apart,
+    then one more 1.1 s later: the same errors come out."""
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    import time
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    try:
+        with open("/proc/sys/net/ipv4/route/error_cost") as f1, \
+                open("/proc/sys/net/ipv4/route/error_burst") as f2:
+            cost, burst = int(f1.read()), int(f2.read())
+    except OSError as e:
+        pytest.skip(f"net.ipv4.route.error_cost not readable here: {e}")
+    if (cost, burst) != (250, 1250):
+        pytest.skip(f"error_cost/error_burst are {cost}/{burst} jiffies here, not a HZ 250 "
+                    "kernel's defaults (fastpath counts jiffies of 4 ms)")
+    from fastpath import Batch
+    p = bytes(u4("203.0.113.9", src="10.64.3.7"))       # no route: net unreachable
+    with KernelOracle(sysctls=limits) as k:
+        k.configure(CFG)
+        got = [k.send("tun0", p, wait=0.005) for _ in range(8)]
+        time.sleep(1.1)
+        got.append(k.send("tun0", p, wait=0.005))
+    r = Router()
+    r.configure(CFG + f"sysctl -w net.ipv4.route.error_cost={cost}\n"
+                f"sysctl -w net.ipv4.route.error_burst={burst}\n"
+                + "".join(f"sysctl -w {n}={v}\n" for n, v in limits.items())
+                + ("sysctl -w net.ipv4.icmp_ratemask=0\n" if not limits else ""))
+    ts = [k * 5_000_000 for k in range(8)] + [35_000_000 + 1_100_000_000]
+    b = Batch.from_packets([p] * len(ts), iif="tun0", timestamps_ns=ts)
+    r.process(b)
+    assert [x.verdict == "icmp" for x in b.results()] == [bool(g) for g in got]
+    assert [mask_kernel_chosen(x.data) for x in b.results() if x.verdict == "icmp"] == \
+        [mask_kernel_chosen(g[0][1]) for g in got if g]
+
+
+@pytest.mark.parametrize("ratemask", ["0", "6168"])
+def test_ip_error_shares_its_bucket_with_the_icmp_limit_like_the_kernel(ratemask):
+    """A Time Exceeded between unreachables of one source: with the type in
+    icmp_ratemask (icmp_ratelimit 0) it empties the inet_peer bucket that
+    ip_error() counts on."""
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    try:
+        with open("/proc/sys/net/ipv4/route/error_cost") as f:
+            cost = int(f.read())
+    except OSError as e:
+        pytest.skip(f"net.ipv4.route.error_cost not readable here: {e}")
+    if cost != 250:
+        pytest.skip(f"error_cost is {cost} jiffies here, not a HZ 250 kernel's default")
+    from fastpath import Batch
+    unreach = bytes(u4("203.0.113.9", src="10.64.3.9"))
+    expiring = bytes(u4("192.0.2.1", src="10.64.3.9", ttl=1))
+    pkts = [unreach] * 3 + [expiring] + [unreach] * 3
+    with KernelOracle(sysctls={"net.ipv4.icmp_ratemask": ratemask}) as k:
+        k.configure(CFG)
+        got = [k.send("tun0", p, wait=0.005) for p in pkts]
+    r = Router()
+    r.configure(CFG + "sysctl -w net.ipv4.route.error_cost=250\n"
+                f"sysctl -w net.ipv4.icmp_ratemask={ratemask}\n")
+    b = Batch.from_packets(pkts, iif="tun0", timestamps_ns=[k * 5_000_000 for k in range(len(pkts))])
+    r.process(b)
+    assert [x.verdict == "icmp" for x in b.results()] == [bool(g) for g in got]
+    assert [bool(g) for g in got] != [True] * len(pkts)       # the limiter did something
