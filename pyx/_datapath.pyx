@@ -624,16 +624,17 @@ cdef inline uint32_t fib6_cached_as(ctx_t* c, const uint8_t* daddr, const uint8_
     (``tracing``: the fast path, which never traces, says so once)."""
     cdef rcache_t* e
     cdef uint32_t rt, v
-    if rt6_need_strict(daddr):
-        # ip6_route_input_lookup(): on the ingress device only (the answer
-        # depends on it: never cached)
-        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif)
     if not c.rcache_on or tracing:
         c.rcache_misses += 1
-        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, 0)
+        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif if rt6_need_strict(daddr) else 0)
     e = rcache_bucket(c, daddr)
     if not rcache_get(c, e, daddr, &v):
         c.rcache_misses += 1
+        if rt6_need_strict(daddr):
+            # ip6_route_input_lookup(): on the ingress device only; the
+            # answer depends on it, so it is never cached (and a strict
+            # destination never hits: nothing puts one in the cache)
+            return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif)
         rt = fib6_walk(c, daddr, saddr, iif, &v, NULL, 0)
         rcache_put(c, e, daddr, rt, v)
         v = (v << 24) | rt
@@ -3249,8 +3250,8 @@ cdef inline bint fast_end(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, 
             or srhlen != 8 + ((<int32_t>srh[4] + 1) << 4) or IP6_HLEN + srhlen > p.l3len):
         return False
     # a next segment (or nexthop) looked up on the ingress device only is
-    # the general path's
-    if rt6_need_strict(known if known != NULL else srh + 8 + ((sl - 1) << 4)):
+    # the general path's (by first byte: ::/8, fe00::/7)
+    if <uint8_t>((known if known != NULL else srh + 8 + ((sl - 1) << 4))[0] + 2) <= 2:
         return False
     # advance (undone below if the general path must take the packet)
     memcpy(&old0, ip6 + 24, 8)
@@ -3459,7 +3460,7 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
         return
     ip6 = row + start + l2
     l3len = length - l2
-    if (ip6[0] >> 4) != 6 or rt6_need_strict(ip6 + 24):
+    if (ip6[0] >> 4) != 6 or ip6[24] == 0xFF:
         return
     e.k1 = start + l2 + 24
     if c.last_gen == c.rcache_gen and eq16(ip6 + 24, c.last_da):
@@ -3497,7 +3498,7 @@ cdef void prelookup(ctx_t* c, const uint8_t* row, int32_t start, int32_t length,
         e.k2 = start + l2 + IP6_HLEN + 8 + <int32_t>((sl - 1) << 4)
         e.key2 = srh + 8 + ((sl - 1) << 4)
     if rt6_need_strict(e.key2):
-        e.k2 = -1                         # (the fast path leaves it to the general one)
+        e.k2 = -1     # (the fast path leaves it to the general one; pre_second would cache it)
 
 
 cdef inline void prefetch_route(const ctx_t* c, uint32_t rt) noexcept nogil:
@@ -3588,11 +3589,11 @@ cdef int fast_path(ctx_t* c, pkt_t* p) noexcept nogil:
     if idev == NULL or not (idev.flags & DEVF_UP) or (ip6[0] >> 4) != 6:
         return 0
     # ip6_rcv_core(): what it refuses, and hop-by-hop options, are the
-    # general path's; so are multicast and link-local destinations (a
-    # strict-interface lookup: rt6_need_strict)
-    if ip6[8] == 0xFF or ip6[24] == 0xFF or ip6[6] == NEXTHDR_HOP:
-        return 0
-    if ip6[24] == 0xFE and (ip6[25] & 0xC0) == 0x80:
+    # general path's; so are the destinations looked up on the ingress
+    # device only (rt6_need_strict: multicast, link-local; loopback below),
+    # tested by their first byte (fe00::/8 and ff00::/8: site-local ones go
+    # along)
+    if ip6[8] == 0xFF or ip6[24] >= 0xFE or ip6[6] == NEXTHDR_HOP:
         return 0
     if (ip6[8] == 0 and in6_is_loopback(ip6 + 8)) or (ip6[24] == 0 and in6_is_loopback(ip6 + 24)):
         return 0
