@@ -2,5 +2,5 @@
 ``python -m fastpath.kernel verify`` runs on); this module re-exports it so
 that the tests keep importing ``kernel_oracle``."""
 from fastpath.kernel.oracle import *  # noqa: F401,F403
-from fastpath.kernel.oracle import (IP, NAMESPACE_SYSCTLS, KernelConfigError, KernelOracle,  # noqa: F401
+from fastpath.kernel.oracle import (IP, NAMESPACE_SYSCTLS, NETNS_RUN_DIR, KernelConfigError, KernelOracle,  # noqa: F401
                                     KernelOracleError, is_kernel_noise, oracle_available)
