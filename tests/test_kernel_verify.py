@@ -257,3 +257,31 @@ def test_packet_fields_and_summary():
     for junk in (b"", b"\x60", b"\x45" + bytes(10), ip6("::1", "::2", nh=43, payload=b"\x3b\x02\x04")):
         V.packet_fields(junk)     # never raises
         V.summary(junk)
+
+
+def test_sigterm_removes_the_namespace(tmp_path):
+    """A verify killed while it runs still deletes its namespace."""
+    import signal
+    import time
+    _need_oracle()
+    cfg = tmp_path / "r.conf"
+    cfg.write_text(AGREE)
+    # a packet the kernel answers, so that every send waits --wait for more
+    pkt = PKTS[1].hex()
+    p = subprocess.Popen([sys.executable, "-m", "fastpath.kernel", "verify", "--config", str(cfg),
+                          "--wait", "0.5", *[pkt] * 200], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        deadline = time.monotonic() + 60
+        while not _left_behind([p.pid]) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        assert _left_behind([p.pid]), "the verify namespace never appeared"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, (out, err)
+    assert err.strip() == "python -m fastpath.kernel: interrupted"
+    assert _left_behind([p.pid]) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 
@@ -30,6 +31,15 @@ class _Parser(argparse.ArgumentParser):
 def _fail(msg: str, code: int = 2) -> int:
     print(f"{PROG}: {' '.join(str(msg).split())}", file=sys.stderr)
     return code
+
+
+_MAIN_PID = None
+
+
+def _terminate(signum, frame):
+    if os.getpid() != _MAIN_PID:      # a child forked by a library: not ours to unwind
+        os._exit(128 + signum)
+    raise KeyboardInterrupt
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -67,6 +77,10 @@ def cmd_import(args) -> int:
 
 def cmd_verify(args) -> int:
     from .verify import VerifyError, parse_hex, read_packets, verify
+    global _MAIN_PID
+    # killed with SIGTERM, verify unwinds as on an interrupt: its namespace goes
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         try:
             with open(args.config, encoding="utf-8") as f:

@@ -689,7 +689,12 @@ def _read_seg6_genl(nspath: Optional[str]):
             a = ipaddress.IPv6Address(msgs[0][SEG6_ATTR_DST][:16])
             tunsrc = None if int(a) == 0 else a
         keys = {}
-        for m in _genl_request(s, fid, SEG6_CMD_DUMPHMAC, NLM_F_DUMP):
+        try:
+            dump = _genl_request(s, fid, SEG6_CMD_DUMPHMAC, NLM_F_DUMP)
+        except PermissionError:
+            return tunsrc, {}, ["HMAC keys not read (the kernel gives them only to CAP_NET_ADMIN); "
+                                "give them with --hmac-file"]
+        for m in dump:
             kid = _u32(m[SEG6_ATTR_HMACKEYID])
             alg = _HMAC_ALGOS.get(m.get(SEG6_ATTR_ALGID, b"\0")[0])
             if alg is None:
