@@ -206,8 +206,8 @@ def _import_fails(config: str, ifaces=("tun0",)) -> str:
         k.configure(config)
         with pytest.raises(nl.NotSupported) as ei:
             nl.import_text(k.netns)
-        out = tmp_out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fp-import-{os.getpid()}.conf")
-        with open(tmp_out, "w") as f:
+        out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fp-import-{os.getpid()}.conf")
+        with open(out, "w") as f:
             f.write("keep me\n")
         try:
             p = subprocess.run([sys.executable, "-m", "fastpath.kernel", "import", "--netns", k.netns,
@@ -257,7 +257,8 @@ def test_unsupported_objects_are_named(line, expect):
     assert expect in msg, msg
 
 
-def _ifinfmsg(index, name, kind=None, master=None):
+def _ifinfmsg(index, name, kind=None, master=None, data=None, link=None, mac=None):
+    """An RTM_NEWLINK as rtnetlink sends it (encoded, then decoded by pyroute2)."""
     from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
     m = ifinfmsg()
     m["family"] = 0
@@ -265,15 +266,45 @@ def _ifinfmsg(index, name, kind=None, master=None):
     m["ifi_type"] = 1
     m["flags"] = 1
     attrs = [("IFLA_IFNAME", name), ("IFLA_MTU", 1500)]
+    if mac is not None:
+        attrs.append(("IFLA_ADDRESS", mac))
+    if link is not None:
+        attrs.append(("IFLA_LINK", link))
     if master is not None:
         attrs.append(("IFLA_MASTER", master))
     if kind is not None:
-        attrs.append(("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", kind)]}))
+        info = [("IFLA_INFO_KIND", kind)]
+        if data is not None:
+            info.append(("IFLA_INFO_DATA", {"attrs": data}))
+        attrs.append(("IFLA_LINKINFO", {"attrs": info}))
     m["attrs"] = attrs
     m.encode()
     d = ifinfmsg(m.data)
     d.decode()
     return d
+
+
+def test_vlan_dummy_and_nic_links():
+    # this kernel has neither the 8021q nor the dummy module: messages built here
+    eth = _ifinfmsg(2, "eth0", mac="02:00:00:00:00:09")
+    vlan = _ifinfmsg(3, "eth0.5", "vlan", data=[("IFLA_VLAN_ID", 5), ("IFLA_VLAN_PROTOCOL", 0x8100)],
+                     link=2, mac="02:00:00:00:00:09")
+    dum = _ifinfmsg(4, "dum0", "dummy", mac="02:00:00:00:00:0a")
+    links = {2: eth, 3: vlan, 4: dum}
+    lines = [ln for i in sorted(links) for ln in nl.link_lines(links[i], links)]
+    assert lines == ["ip link set dev eth0 up",
+                     "ip link set dev eth0 mtu 1500 address 02:00:00:00:00:09 up",
+                     "ip link add link eth0 name eth0.5 type vlan id 5",
+                     "ip link set dev eth0.5 mtu 1500 address 02:00:00:00:00:09 up",
+                     "ip link add dum0 type dummy",
+                     "ip link set dev dum0 mtu 1500 address 02:00:00:00:00:0a up"]
+    st = State().apply("\n".join(lines))
+    assert st.interfaces["eth0.5"].vlan == 5 and st.interfaces["eth0.5"].link == "eth0"
+    assert st.interfaces["dum0"].kind == "dummy"
+    qinq = _ifinfmsg(5, "eth0.6", "vlan", data=[("IFLA_VLAN_ID", 6), ("IFLA_VLAN_PROTOCOL", 0x88A8)],
+                     link=2)
+    with pytest.raises(nl.NotSupported, match=r"link eth0.6: VLAN protocol 34984 \(only 802.1Q\)"):
+        nl.link_lines(qinq, {2: eth, 5: qinq})
 
 
 def test_vrf_devices_are_not_supported():
@@ -323,7 +354,7 @@ def test_cli_import_to_file_and_hmac_file(tmp_path):
         p2 = subprocess.run([sys.executable, "-m", "fastpath.kernel", "import", "--netns", k.netns],
                             capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, PYTHONPATH=ROOT))
-    assert text.startswith(f"# imported by python -m fastpath.kernel import from namespace ")
+    assert text.startswith("# imported by python -m fastpath.kernel import from namespace ")
     assert "ip sr hmac set 7 sha256 'from file'" in text
     assert "ip sr hmac set 8 sha1 extra" in text
     r = Router().configure(text)
