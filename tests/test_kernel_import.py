@@ -159,6 +159,25 @@ def test_roundtrip_every_route_kind():
         "interface (tun0, tun1, tun2), fastpath keeps one (tun0's)" in text
 
 
+MORE_TYPES = """
+ip tuntap add dev tun0 mode tun
+ip -6 addr add 2001:db8:1::1/64 dev tun0
+ip addr add 10.0.1.1/24 dev tun0
+ip -6 route add multicast ff0e::/16 dev tun0 table 100
+ip -6 route add anycast 2001:db8:1::77/128 dev tun0
+ip route add local 10.70.0.0/16 dev lo table 100
+ip -6 route add local 2001:db8:70::/48 dev lo
+ip -6 route add unreachable default table 200 metric 4000
+ip route add multicast 224.1.0.0/16 dev tun0 table 100
+ip route add anycast 10.71.0.1 dev tun0
+ip route add 10.72.0.0/16 dev tun0 src 10.0.1.1 mtu 1400 table 300
+"""
+
+
+def test_roundtrip_local_anycast_multicast_routes():
+    _roundtrip(MORE_TYPES, ("tun0",))
+
+
 LINKS = """
 ip tuntap add dev tun0 mode tun
 ip tuntap add dev tap0 mode tap
