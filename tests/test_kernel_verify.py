@@ -285,3 +285,42 @@ def test_sigterm_removes_the_namespace(tmp_path):
     assert p.returncode == 130, (out, err)
     assert err.strip() == "python -m fastpath.kernel: interrupted"
     assert _left_behind([p.pid]) == []
+
+
+def srh(segs, sl, nh=59):
+    """An SRH (segments in packet order: segs[0] is the last to visit)."""
+    body = b"".join(ipaddress.IPv6Address(s).packed for s in segs)
+    return struct.pack("!BBBBBBH", nh, 2 * len(segs), 4, sl, len(segs) - 1, 0, 0) + body
+
+
+def test_import_then_verify_agrees():
+    """The two halves compose: a namespace imported, then its configuration
+    verified against a fresh kernel namespace (every route kind of the
+    import round trip; SRv6 End, H.Encaps with seg6_flowlabel=1, reject
+    routes, rules; no multipath route: the kernel's hash is keyed per boot,
+    see README "Known differences")."""
+    _need_oracle()
+    pytest.importorskip("pyroute2")
+    try:
+        from .test_kernel_import import EVERY_ROUTE_KIND
+    except ImportError:
+        from test_kernel_import import EVERY_ROUTE_KIND
+    from fastpath.kernel.netlink import import_text
+    with ko.KernelOracle(ifaces=("tun0", "tun1", "tun2")) as k:
+        k.configure(EVERY_ROUTE_KIND)
+        text = import_text(k.netns)
+    pkts = [ip6("2001:db8:1::2", "2001:db8:9::5"),
+            ip6("2001:db8:1::2", "2001:db8:22::1"),           # prohibit
+            ip6("2001:db8:1::2", "2001:db8:20::1"),           # blackhole
+            ip6("2001:db8:1::2", "2001:db8:30::5"),           # H.Encaps
+            ip6("2001:db8:1::2", "fc00::1", nh=43,
+                payload=srh(["2001:db8:9::5", "fc00::1"], 1)),  # End
+            ip4("10.0.1.2", "10.9.0.1"),
+            ip4("10.0.1.2", "10.22.0.1"),                     # prohibit: ICMPv4 (ID masked)
+            ip4("10.0.1.2", "10.40.0.1"),                     # rule to table 200: no route
+            ip4("10.0.1.2", "10.30.0.1")]                     # IPv4 in seg6 encap
+    rep = V.verify(text, pkts)
+    assert rep.ok, rep.format()
+    assert (rep.agree, rep.total) == (len(pkts), len(pkts))
+    assert V.MASK_FLOWLABEL in rep.masks
+    assert any("applied with 'ip route replace'" in n for n in rep.notes)
