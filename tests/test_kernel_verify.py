@@ -324,3 +324,47 @@ def test_import_then_verify_agrees():
     assert (rep.agree, rep.total) == (len(pkts), len(pkts))
     assert V.MASK_FLOWLABEL in rep.masks
     assert any("applied with 'ip route replace'" in n for n in rep.notes)
+
+
+def _pcapng(packets_by_if, names, linktype=101):
+    def block(t, body):
+        body += b"\0" * (-len(body) % 4)
+        n = 12 + len(body)
+        return struct.pack("<II", t, n) + body + struct.pack("<I", n)
+
+    def opt(code, val):
+        return struct.pack("<HH", code, len(val)) + val + b"\0" * (-len(val) % 4)
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    for name in names:
+        out += block(1, struct.pack("<HHI", linktype, 0, 65535) + opt(2, name.encode()) +
+                     opt(0, b""))
+    for ifid, pkt in packets_by_if:
+        out += block(6, struct.pack("<IIIII", ifid, 0, 0, len(pkt), len(pkt)) + pkt)
+    return out
+
+
+def test_pcapng_interface_names_give_the_ingress(tmp_path):
+    _need_oracle()
+    cfg = tmp_path / "r.conf"
+    cfg.write_text(AGREE)
+    back = ip6("2001:db8:2::2", "2001:db8:1::9")       # arrives on tun1, leaves by tun0
+    cap = tmp_path / "in.pcapng"
+    cap.write_bytes(_pcapng([(0, PKTS[0]), (1, back), (1, PKTS[3])], ["tun0", "tun1"]))
+    rc, out, err = _cli("verify", "--config", str(cfg), "--pcap", str(cap))
+    assert (rc, err) == (0, ""), out + err
+    assert "note: ingress interface of each packet: the capture interface's name" in out
+    assert "agree 3/3" in out
+    # --iif overrides: all on tun0 (the second packet then comes from an
+    # address that is tun1's prefix, still forwarded by both)
+    rc, out, err = _cli("verify", "--config", str(cfg), "--pcap", str(cap), "--iif", "tun0")
+    assert "ingress interface of each packet" not in out
+    assert rc in (0, 1) and "agree " in out
+    rep = V.verify(AGREE, [PKTS[0], back], ["tun0", "tun1"])
+    assert rep.ok and rep.total == 2
+    # the per-packet ingress reaches both sides: a rule on iif tun1 that only
+    # the kernel has shows on the tun1 packet only
+    rule = "ip -6 rule add to 2001:db8:40::/48 iif tun1 prohibit pref 200\n"
+    probe = ip6("2001:db8:2::2", "2001:db8:40::1")
+    rep = V.verify(AGREE + rule, [probe, probe], ["tun0", "tun1"], fastpath_config=AGREE)
+    assert [d.index for d in rep.differences] == [1]
+    assert rep.differences[0].detail == "ICMPv6 code: kernel 1, fastpath 0"

@@ -91,7 +91,18 @@ def cmd_verify(args) -> int:
         if args.pcap is not None:
             if args.packets:
                 raise VerifyError("give packets either with --pcap or as HEX arguments, not both")
-            packets, notes = read_packets(args.pcap, args.limit)
+            packets, names, notes = read_packets(args.pcap, args.limit)
+            if args.iif is None and packets and all(names):
+                # a pcapng capture whose interfaces are named after the
+                # configuration's: each packet arrives where it was captured
+                from ..config import ConfigError, State
+                try:
+                    have = set(State().apply(config).interfaces)
+                except ConfigError:
+                    have = set()
+                if set(names) <= have - {"lo"}:
+                    args.iif = names
+                    notes.append("ingress interface of each packet: the capture interface's name")
         else:
             if not args.packets:
                 raise VerifyError("no packets: give --pcap FILE or HEX arguments")

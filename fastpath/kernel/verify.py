@@ -305,10 +305,11 @@ def kernel_text(config: str) -> tuple:
     return "\n".join(out) + "\n", n
 
 
-def verify(config: str, packets, iif: Optional[str] = None, *, wait: float = 0.01,
+def verify(config: str, packets, iif=None, *, wait: float = 0.01,
            fastpath_config: Optional[str] = None, notes=()) -> Report:
     """Run ``packets`` (raw L3 bytes) through the kernel and fastpath; see the
-    module doc.  ``fastpath_config`` (for testing verify itself) configures
+    module doc.  ``iif``: the interface they arrive on (default: the
+    configuration's first), or a list of one per packet.  ``fastpath_config`` (for testing verify itself) configures
     the fastpath side with other text than the kernel's.  Raises VerifyError
     when it cannot run."""
     from .. import Batch, Router
@@ -322,11 +323,16 @@ def verify(config: str, packets, iif: Optional[str] = None, *, wait: float = 0.0
     ifaces = config_interfaces(kstate)
     if not ifaces:
         raise VerifyError("the configuration names no interface (a TUN device is made for each)")
+    packets = [bytes(p) for p in packets]
     if iif is None:
         iif = ifaces[0]
-    elif iif not in ifaces:
-        raise VerifyError(f"--iif {iif}: not an interface of the configuration "
-                          f"({', '.join(ifaces)})")
+    iifs = [iif] * len(packets) if isinstance(iif, str) else list(iif)
+    if len(iifs) != len(packets):
+        raise ValueError("iif: one interface name, or one per packet")
+    for name in dict.fromkeys(iifs):
+        if name not in ifaces:
+            raise VerifyError(f"--iif {name}: not an interface of the configuration "
+                              f"({', '.join(ifaces)})")
     ok, reason = oracle_available()
     if not ok:
         raise VerifyError(reason)
@@ -335,8 +341,7 @@ def verify(config: str, packets, iif: Optional[str] = None, *, wait: float = 0.0
     flowlabel = kstate.sysctl("net.ipv6.seg6_flowlabel") == 1
     if flowlabel:
         rep.masks.append(MASK_FLOWLABEL)
-    packets = [bytes(p) for p in packets]
-    b = Batch.from_packets(packets, iif=iif, **({"headroom": 512} if _datapath.DEBUG_BUILD else {}))
+    b = Batch.from_packets(packets, iif=iifs, **({"headroom": 512} if _datapath.DEBUG_BUILD else {}))
     router.process(b)
     results = b.results()
     try:
@@ -350,9 +355,9 @@ def verify(config: str, packets, iif: Optional[str] = None, *, wait: float = 0.0
             except KernelConfigError as e:
                 raise VerifyError(f"the kernel refused the configuration: {e}".replace("\n", "; ")) \
                     from None
-            for n, (pkt, res) in enumerate(zip(packets, results)):
-                got = k.send(iif, pkt, wait=wait)
-                _judge(rep, n, pkt, iif, res, got, flowlabel)
+            for n, (pkt, res, dev) in enumerate(zip(packets, results, iifs)):
+                got = k.send(dev, pkt, wait=wait)
+                _judge(rep, n, pkt, dev, res, got, flowlabel)
     except KernelOracleError as e:
         raise VerifyError(str(e).replace("\n", "; ")) from None
     except OSError as e:
@@ -422,14 +427,24 @@ def _detail(g: list, e: list) -> str:
 
 # ---------------------------------------------------------------------------
 def read_packets(path: str, limit: Optional[int] = None) -> tuple:
-    """(raw L3 packets, notes) from a pcap/pcapng capture; Ethernet frames
-    are stripped to L3 (a note says so); non-IP frames are left out (noted)."""
-    from ..pcap import PcapError, read_batches
+    """(raw L3 packets, the name of the capture interface of each (pcapng
+    ``if_name``, or None), notes) from a pcap/pcapng capture; Ethernet
+    frames are stripped to L3 (a note says so); non-IP frames are left out
+    (noted)."""
+    from ..pcap import PcapError, PcapReader
     pkts: list = []
+    names: list = []
     notes: list = []
     stripped = skipped = 0
     try:
-        for b in read_batches(path):
+        reader = PcapReader(path)
+    except PcapError as e:
+        raise VerifyError(f"{path}: malformed capture: {e}") from None
+    except OSError as e:
+        raise VerifyError(f"{path}: {e.strerror or e}") from None
+    try:
+        for b in reader:
+            capif = getattr(b, "capture_if", None)
             for i in range(len(b)):
                 if limit is not None and len(pkts) >= limit:
                     break
@@ -443,18 +458,21 @@ def read_packets(path: str, limit: Optional[int] = None) -> tuple:
                     stripped += 1
                     frame = l3
                 pkts.append(frame)
+                names.append(reader.interfaces[int(capif[i])].name if capif is not None else None)
             if limit is not None and len(pkts) >= limit:
                 break
     except PcapError as e:
         raise VerifyError(f"{path}: malformed capture: {e}") from None
     except OSError as e:
         raise VerifyError(f"{path}: {e.strerror or e}") from None
+    finally:
+        reader.close()
     if stripped:
         notes.append(f"{stripped} Ethernet frame(s) stripped to L3 (the namespace's devices are "
                      "TUN devices)")
     if skipped:
         notes.append(f"{skipped} Ethernet frame(s) that are not IPv4/IPv6 left out")
-    return pkts, notes
+    return pkts, names, notes
 
 
 def _strip_ethernet(frame: bytes) -> Optional[bytes]:
