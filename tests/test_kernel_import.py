@@ -263,6 +263,10 @@ BASE = "ip -6 addr add 2001:db8:1::1/64 dev tun0\nip addr add 10.0.0.1/24 dev tu
      "route 10.62.0.0/16 table main: nexthop object"),
     ("ip route add 10.63.0.0/16 encap ip id 5 dst 10.0.0.9 dev tun0",
      "route 10.63.0.0/16 table main: encap type ip"),
+    ("sysctl -w net.ipv6.conf.tun0.disable_ipv6=1", "link tun0: IPv6 disabled"),
+    ("ip route add 10.65.0.0/16 via 10.0.0.2 dev tun0 realm 5", "realms"),
+    ("ip -6 route add 2001:db8:52::/48 via 2001:db8:1::2 dev tun0 pref high",
+     "IPv6 router preference other than medium"),
     ("ip route add 10.64.0.0/16 via 10.0.0.2 dev tun0\n"
      "ip route append 10.64.0.0/16 via 10.0.0.3 dev tun0",
      "a second route with the same table, prefix and metric"),
