@@ -132,11 +132,12 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True, metavar="FILE")
     p.add_argument("--pcap", metavar="FILE", help="a pcap/pcapng capture (Ethernet is stripped to L3)")
     p.add_argument("--iif", metavar="DEV", help="the interface packets arrive on (default: the "
+                   "pcapng capture interface when the configuration has it, else the "
                    "configuration's first)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N packets")
     p.add_argument("--wait", type=float, default=0.01, metavar="SECONDS",
                    help="how long to wait for more output after each packet (default 0.01)")
-    p.add_argument("packets", nargs="*", metavar="HEX")
+    p.add_argument("packets", nargs="*", metavar="HEX", help="raw IPv4/IPv6 packets in hex")
     p.set_defaults(func=cmd_verify)
     try:
         args = ap.parse_args(argv)
