@@ -48,6 +48,18 @@ class Router:
             r.configure(f.read())
         return r
 
+    @classmethod
+    def from_kernel(cls, netns=None, mode: str = "noref", use_stats: str = "lazy",
+                    hmac_file=None) -> "Router":
+        """A Router configured with the live state of a network namespace
+        (None: this process's), read over rtnetlink with pyroute2; see
+        ``fastpath.kernel.netlink``.  Raises ``KernelImportError``
+        (``NotSupported`` for an object fastpath does not model)."""
+        from .kernel.netlink import import_text
+        r = cls(mode=mode, use_stats=use_stats)
+        r.configure(import_text(netns, hmac_file, header=False))
+        return r
+
     def configure(self, text: str) -> "Router":
         """Apply iproute2/sysctl lines (see README); raises ConfigError and
         changes nothing if any line is wrong."""

@@ -1,0 +1,157 @@
+"""``python -m fastpath.kernel``: the Linux kernel as control plane and as judge.
+
+    python -m fastpath.kernel import [--netns NS] [-o FILE] [--hmac-file FILE]
+        the live state of a network namespace (default: this process's) as
+        fastpath configuration text; exit 0, or 2 with one line on stderr
+        (a namespace that does not exist, an object fastpath does not model)
+
+    python -m fastpath.kernel verify --config FILE (--pcap FILE | HEX ...)
+                                     [--iif DEV] [--limit N] [--wait SECONDS]
+        each packet through a throwaway kernel namespace configured from FILE
+        and through fastpath; prints every difference and 'agree A/N'; exit 0
+        when all agree, 1 when some differ, 2 when it cannot run
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+
+PROG = "python -m fastpath.kernel"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"{PROG}: {' '.join(str(msg).split())}", file=sys.stderr)
+    return code
+
+
+_MAIN_PID = None
+
+
+def _terminate(signum, frame):
+    if os.getpid() != _MAIN_PID:      # a child forked by a library: not ours to unwind
+        os._exit(128 + signum)
+    raise KeyboardInterrupt
+
+
+def _write_atomically(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".fastpath-import-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def cmd_import(args) -> int:
+    from .netlink import KernelImportError, import_text
+    try:
+        text = import_text(args.netns, args.hmac_file)
+    except KernelImportError as e:
+        return _fail(e)
+    except OSError as e:
+        return _fail(f"reading {args.netns or 'this namespace'}: {e}")
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        return 0
+    try:
+        _write_atomically(args.output, text)
+    except OSError as e:
+        return _fail(f"cannot write {args.output}: {e.strerror or e}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .verify import VerifyError, parse_hex, read_packets, verify
+    global _MAIN_PID
+    # killed with SIGTERM, verify unwinds as on an interrupt: its namespace goes
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                config = f.read()
+        except OSError as e:
+            raise VerifyError(f"cannot read {args.config}: {e.strerror or e}") from None
+        notes = []
+        if args.pcap is not None:
+            if args.packets:
+                raise VerifyError("give packets either with --pcap or as HEX arguments, not both")
+            packets, names, notes = read_packets(args.pcap, args.limit)
+            if args.iif is None and packets and all(names):
+                # a pcapng capture whose interfaces are named after the
+                # configuration's: each packet arrives where it was captured
+                from ..config import ConfigError, State
+                try:
+                    have = set(State().apply(config).interfaces)
+                except ConfigError:
+                    have = set()
+                if set(names) <= have - {"lo"}:
+                    args.iif = names
+                    notes.append("ingress interface of each packet: the capture interface's name")
+        else:
+            if not args.packets:
+                raise VerifyError("no packets: give --pcap FILE or HEX arguments")
+            packets = parse_hex(args.packets)
+            if args.limit is not None:
+                packets = packets[:args.limit]
+        if not packets:
+            raise VerifyError("no packets to send")
+        report = verify(config, packets, args.iif, wait=args.wait, notes=notes)
+    except VerifyError as e:
+        return _fail(e)
+    print(report.format())
+    return 0 if report.ok else 1
+
+
+def main(argv=None) -> int:
+    ap = _Parser(prog=PROG, description="The Linux kernel as control plane (import) and as "
+                 "judge (verify).")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = sub.add_parser("import", help="a namespace's live state as fastpath configuration")
+    p.add_argument("--netns", metavar="NS", help="a named namespace (ip netns); default: this one")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
+    p.add_argument("--hmac-file", metavar="FILE",
+                   help="'ip sr hmac set KEYID ALGO SECRET' lines: HMAC keys to add or override")
+    p.set_defaults(func=cmd_import)
+    p = sub.add_parser("verify", help="packets through the kernel and fastpath, compared")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--pcap", metavar="FILE", help="a pcap/pcapng capture (Ethernet is stripped to L3)")
+    p.add_argument("--iif", metavar="DEV", help="the interface packets arrive on (default: the "
+                   "pcapng capture interface when the configuration has it, else the "
+                   "configuration's first)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N packets")
+    p.add_argument("--wait", type=float, default=0.01, metavar="SECONDS",
+                   help="how long to wait for more output after each packet (default 0.01)")
+    p.add_argument("packets", nargs="*", metavar="HEX", help="raw IPv4/IPv6 packets in hex")
+    p.set_defaults(func=cmd_verify)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if getattr(args, "limit", None) is not None and args.limit < 1:
+        return _fail("--limit must be at least 1")
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
