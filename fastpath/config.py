@@ -59,7 +59,8 @@ Semantics follow the kernel (``net/ipv6/route.c``, ``net/ipv4/fib_*.c``,
   makes a multipath route, as the kernel does.  Where two interfaces produce
   the same automatic route key the first interface keeps it (notably
   ``multicast ff00::/8``: the kernel keeps one per interface, this model the
-  first interface's).
+  first interface's; the compiled tables add the others for the lookups on
+  the ingress device that tell them apart, tables._strict_routes).
 * Gateways given without ``dev`` are stored with ``dev=None`` and resolved by
   the datapath compiler (the kernel resolves them when the route is added);
   gateways that are local/broadcast/multicast addresses are refused here.

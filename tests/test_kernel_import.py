@@ -156,7 +156,8 @@ def test_roundtrip_every_route_kind():
     assert "ip sr hmac set 7 sha256 s3cret" in text
     assert "ip sr tunsrc set 2001:db8:1::1" in text
     assert "# note: route ff00::/8 table local metric 256 (proto kernel): the kernel has one per " \
-        "interface (tun0, tun1, tun2), fastpath keeps one (tun0's)" in text
+        "interface (tun0, tun1, tun2), fastpath's configuration one (tun0's), its lookups " \
+        "the others too (derived from the interfaces)" in text
 
 
 MORE_TYPES = """

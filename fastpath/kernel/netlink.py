@@ -957,7 +957,8 @@ def state_from_snapshot(snap: Snapshot, hmac_keys: Optional[dict] = None) -> tup
         r = final[k]
         notes.append(f"{_describe_route(r.family, r.prefix, r.table)} metric {r.metric} "
                      f"(proto kernel): the kernel has one per interface ({', '.join(devs)}), "
-                     f"fastpath keeps one ({r.dev}'s)")
+                     f"fastpath's configuration one ({r.dev}'s), its lookups the others too "
+                     "(derived from the interfaces)")
     state = staged.copy()
     state.routes = {r.key: r for r in sorted(final.values(), key=_route_sort_key)}
     # rules, in kernel order (by pref; equal prefs in insertion order)
