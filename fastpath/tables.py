@@ -590,10 +590,13 @@ _STRICT_TYPES = frozenset(("unicast", "local", "anycast", "multicast"))
 
 def _holds_strict(net) -> bool:
     """Whether an IPv6 prefix holds an address rt6_need_strict() is true of."""
-    if net.version != 6:
-        return False
     a, plen = int(net.network_address), net.prefixlen
-    return any((a ^ s) >> (128 - min(plen, sl)) == 0 for s, sl in STRICT_NETS)
+    if plen >= 8 and (a >> 120) not in (0, 0xFE, 0xFF):
+        return False           # (most prefixes: decided by the first byte)
+    for s, sl in STRICT_NETS:
+        if (a ^ s) >> (128 - min(plen, sl)) == 0:
+            return True
+    return False
 
 
 def _strict_routes(state, best) -> list:
@@ -603,16 +606,16 @@ def _strict_routes(state, best) -> list:
     automatic routes of a second device for a key a first one holds (the
     same link-local address or prefix on two interfaces: the kernel keeps
     both, the configuration one per key)."""
-    cand = [r for r in state.routes.values() if r.family == 6]
+    cand = [r for k, r in state.routes.items() if k[0] == 6 and _holds_strict(k[2])]
     for itf in state.interfaces.values():
         for k, r in state._auto_for(itf).items():
             cur = state.routes.get(k)
-            if (r.family == 6 and cur is not None and cur != r and cur.proto == "kernel"
-                    and cur.dev != r.dev):
+            if (k[0] == 6 and cur is not None and cur != r and cur.proto == "kernel"
+                    and cur.dev != r.dev and _holds_strict(k[2])):
                 cand.append(r)
     out = []
     for r in cand:
-        if r.type in _STRICT_TYPES and _holds_strict(r.prefix) and _usable(r, state):
+        if r.type in _STRICT_TYPES and _usable(r, state):
             out.append((r, best.get((6, r.table, r.prefix)) is r))
     return out
 
