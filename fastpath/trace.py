@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from .reasons import REASON_NAMES, VERDICTS
 
-# event codes: the T_* enum of pyx/_datapath.pyx
+# event codes: the T_* enum of pyx/datapath/ctx.pxi
 (T_RULE, T_LOOKUP, T_ROUTE, T_S6L, T_SRH, T_ADVANCE, T_CSID, T_POP, T_DECAP, T_INSERT,
  T_ENCAP, T_FORWARD, T_ICMP, T_VERDICT, T_TABLE, T_INPUT, T_ICMP_DUE) = range(1, 18)
 

@@ -1,6 +1,6 @@
 """The fast path against the general path.
 
-The fast path (``fast_path`` in pyx/_datapath.pyx) takes the common cases
+The fast path (``fast_path`` in pyx/datapath/fast_path.pxi) takes the common cases
 (IPv6 forwarding to a unicast route; End and End.X without flavors;
 End.DX4/DT4/DX6/DT6 of a packet right after the outer header) in one pass,
 and hands everything else to the general path untouched.  The general path
