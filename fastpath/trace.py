@@ -18,14 +18,15 @@ import ipaddress
 import sys
 from dataclasses import dataclass, field
 
+from .config import SEG6LOCAL_ACTIONS
 from .reasons import REASON_NAMES, VERDICTS
 
 # event codes: the T_* enum of pyx/datapath/ctx.pxi
 (T_RULE, T_LOOKUP, T_ROUTE, T_S6L, T_SRH, T_ADVANCE, T_CSID, T_POP, T_DECAP, T_INSERT,
  T_ENCAP, T_FORWARD, T_ICMP, T_VERDICT, T_TABLE, T_INPUT, T_ICMP_DUE) = range(1, 18)
 
-_ACTIONS = {1: "End", 2: "End.X", 3: "End.T", 4: "End.DX2", 5: "End.DX6", 6: "End.DX4",
-            7: "End.DT6", 8: "End.DT4", 9: "End.B6", 10: "End.B6.Encaps", 16: "End.DT46"}
+# behaviour names by uapi number, from the behaviour table (config.SEG6LOCAL_ACTIONS)
+_ACTIONS = {d.uapi: name for name, d in SEG6LOCAL_ACTIONS.items()}
 _PROTOS = {4: "IPv4", 41: "IPv6", 143: "Ethernet"}
 _TABLES = {255: "local", 254: "main", 253: "default"}
 
