@@ -50,7 +50,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from . import _datapath
+from . import _datapath, _rss
 from .batch import LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
@@ -256,11 +256,25 @@ class _Worker:
         self.ctl[self.line + Q_SEQ] = seq
 
     def process_io(self, name, cap, slot, n, linktype):
-        if name not in self.io:
-            layout, _ = _io_layout(cap, slot)
-            seg = _Mapped(name)
-            self.io[name] = (seg, _views(seg.buf, layout))
-        v = self.io[name][1]
+        ent = self.io.get(name)
+        if ent is None or ent[1] != (cap, slot):
+            if ent is None:
+                # the parent replaced this worker's io segment (it grew):
+                # the old mapping goes (it has been unlinked already)
+                for seg, _, _ in self.io.values():
+                    try:
+                        seg.buf.close()
+                    except BufferError:
+                        pass
+                self.io = {}
+                seg = _Mapped(name)
+            else:
+                seg = ent[0]
+            layout, size = _io_layout(cap, slot)
+            if size > len(seg.buf):
+                raise ValueError(f"io segment {name} is too small for {cap} slots of {slot} bytes")
+            self.io[name] = ent = (seg, (cap, slot), _views(seg.buf, layout))
+        v = ent[2]
         sl = slice(0, n)
         self.ctl[self.line + Q_INFLIGHT] = n
         self.dp.process(v["data"][sl], v["start"][sl], v["length"][sl], v["l2len"][sl], v["iif"][sl],
@@ -410,7 +424,9 @@ class Dataplane:
         self.timeout = timeout
         self.events = []                  # what happened to workers (deaths, with what was in flight)
         self._segments = {}               # name -> SharedMemory we created
-        self._io_views = {}               # io segment name -> its array views
+        self._io_views = {}               # io segment name -> ((cap, slot), its array views)
+        self._io_seg = {}                 # worker -> (name, size) of its io segment
+        self._io_gen = 0
         self._closed = False
         self._procs, self._conns = [], []
         self._dead = set()
@@ -630,48 +646,81 @@ class Dataplane:
             w = remap[w]
         return w
 
-    def _io(self, w, cap, slot):
-        """Worker ``w``'s io segment for ``cap`` slots of ``slot`` bytes, and
-        its array views (made once per segment)."""
-        name = f"{self.prefix}io{w}_{cap}_{slot}"
-        views = self._io_views.get(name)
-        if views is None:
-            layout, size = _io_layout(cap, slot)
-            views = self._io_views[name] = _views(self._create(name, size).buf, layout)
-        return name, views
+    def _io(self, w, n, slot):
+        """Worker ``w``'s io segment, with room for ``n`` slots of ``slot``
+        bytes, and its array views.  One segment per worker, reused batch
+        after batch (its pages stay mapped: no page faults per batch); it
+        is replaced by a larger one (the old one unlinked) only when a
+        batch does not fit.  The views are laid out for ``cap`` = ``n``
+        rounded up to a power of two (at least 256), so that batches of
+        about the same size share one layout, on both sides."""
+        cap = max(256, 1 << (int(n) - 1).bit_length())
+        layout, size = _io_layout(cap, slot)
+        cur = self._io_seg.get(w)
+        if cur is None or cur[1] < size:
+            if cur is not None:
+                self._io_views.pop(cur[0], None)
+                self._unlink(cur[0])
+            self._io_gen += 1
+            name = f"{self.prefix}io{w}_{self._io_gen}"
+            size = max(size, 2 * cur[1]) if cur is not None else size
+            self._create(name, size)
+            cur = self._io_seg[w] = (name, size)
+        name = cur[0]
+        ent = self._io_views.get(name)
+        if ent is None or ent[0] != (cap, slot):
+            ent = self._io_views[name] = ((cap, slot), _views(self._segments[name].buf, layout))
+        return name, cap, ent[1]
 
-    def process(self, batch: Batch, chunk: int = 256) -> Batch:
+    _IN = ("start", "length", "l2len", "iif", "timestamp_ns")
+    _OUT1 = ("start", "length", "l2len", "oif", "verdict", "reason", "dst")   # + data, nexthop
+
+    def process(self, batch: Batch, chunk: int | None = None) -> Batch:
         """Process a batch across the workers, in place, in order: each
         packet goes to the worker RSS picks, through that worker's io
         segment.  A worker that dies meanwhile is reported in ``events``
-        and its packets are processed again by the others."""
+        and its packets are processed again by the others.
+
+        Each worker gets its whole share of the batch in one message (one
+        round trip per worker per batch; the workers run at once while
+        this process waits in ``select``, not spinning), or rounds of at
+        most ``chunk`` packets per worker when ``chunk`` is given.  Every
+        message round trip costs two context switches per worker, so small
+        rounds cost more than the datapath itself: 256-packet rounds (the
+        old default) made ``--workers 2`` 6x slower than one process."""
         self._check_open()
+        if chunk is not None and chunk < 1:
+            raise ValueError("chunk must be >= 1")
         t = self._tables
         prepare_batch(batch, t)
         todo = np.arange(len(batch))
         lt = LINKTYPES[batch.linktype]
         while len(todo):
             owner = self.steer(batch)[todo]
-            per = {w: todo[owner == w] for w in np.unique(owner)}
+            # each worker's packets, in batch order (a stable sort by worker)
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(self.nworkers + 1))
+            per = {w: todo[order[bounds[w]:bounds[w + 1]]]
+                   for w in range(self.nworkers) if bounds[w + 1] > bounds[w]}
+            step = chunk or max(len(v) for v in per.values())
             failed = []
-            # rounds of at most ``chunk`` packets per worker, all workers at once
             offs = {w: 0 for w in per}
             while offs:
                 ws, msgs, parts = [], [], {}
                 for w in list(offs):
-                    idx = per[w][offs[w]:offs[w] + chunk]
+                    idx = per[w][offs[w]:offs[w] + step]
                     if not len(idx):
                         del offs[w]
                         continue
                     offs[w] += len(idx)
-                    name, v = self._io(int(w), chunk, batch.slot)
                     n = len(idx)
-                    v["data"][:n] = batch.data[idx]
-                    for f in ("start", "length", "l2len", "iif", "timestamp_ns"):
-                        v[f][:n] = getattr(batch, f)[idx]
-                    ws.append(int(w))
-                    msgs.append(("process", name, chunk, batch.slot, n, lt))
-                    parts[int(w)] = (idx, v)
+                    name, cap, v = self._io(w, n, batch.slot)
+                    _rss.take_rows(batch.data, idx, v["data"])
+                    for f in self._IN:
+                        np.take(getattr(batch, f), idx, out=v[f][:n])
+                    ws.append(w)
+                    msgs.append(("process", name, cap, batch.slot, n, lt))
+                    parts[w] = (idx, v)
                 if not ws:
                     break
                 done = self._call(ws, msgs)
@@ -682,8 +731,9 @@ class Dataplane:
                         failed.append(per[w][offs.get(w, 0) - n:])
                         offs.pop(w, None)
                         continue
-                    batch.data[idx] = v["data"][:n]
-                    for f in ("start", "length", "l2len", "oif", "nexthop", "verdict", "reason", "dst"):
+                    _rss.put_rows(v["data"][:n], idx, batch.data)
+                    _rss.put_rows(v["nexthop"][:n], idx, batch.nexthop)
+                    for f in self._OUT1:
                         getattr(batch, f)[idx] = v[f][:n]
             todo = np.concatenate(failed) if failed else np.zeros(0, np.int64)
         frag = np.flatnonzero(batch.reason == REASON_IDS["fragmented"])
@@ -821,6 +871,7 @@ class Dataplane:
         self._ctl = self._dsts = self._dst_words = self._dfast = None
         self._pcpu = []
         self._io_views = {}
+        self._io_seg = {}
         for name in list(self._segments):
             self._unlink(name)
 
