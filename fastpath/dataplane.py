@@ -22,8 +22,14 @@ registering them with a resource tracker):
              rules, seg6local parameters), immutable, one per configuration;
              a new one is published by bumping a sequence number and the old
              one is unlinked after a grace period.
+``stage``    batch data the workers read their packets from: a pool of
+             segments (``Dataplane.batch_buffer``) that a reader can build
+             its batches in, else one ``process`` copies a batch into with
+             one contiguous copy.
 ``io``       per worker, the slots and metadata of the packets
-             ``Dataplane.process`` hands it (no pickling of packets).
+             ``Dataplane.process`` hands it (no pickling of packets): the
+             worker copies its rows from the stage into its slots itself,
+             and the control plane copies the results back.
 
 Updates follow RCU: a configuration compiles into new route entries (an
 installed entry is never rewritten, see tables.py), the new snapshot is
@@ -44,7 +50,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import weakref
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 
@@ -66,7 +74,12 @@ C_MAGIC, C_NWORKERS, C_MAXDST, C_SEQ, C_STOP = 0, 1, 2, 3, 4
 C_TOKEN = W_CTL                 # the QSBR token, on its own line
 C_WORKERS = 2 * W_CTL           # first worker line
 # per-worker words (offsets in the worker's line)
-Q_CNT, Q_PID, Q_BATCHES, Q_PACKETS, Q_INFLIGHT, Q_SEQ = 0, 1, 2, 3, 4, 5
+Q_CNT, Q_PID, Q_BATCHES, Q_PACKETS, Q_INFLIGHT, Q_SEQ, Q_PHASE = 0, 1, 2, 3, 4, 5, 6
+# Q_PHASE of a worker in Dataplane.process: its rows are being read and
+# processed (1; the batch is untouched) or copied back, the results complete
+# in its io segment (2); 0 between batches
+PH_IDLE, PH_RUN, PH_BACK = 0, 1, 2
+NO_WORKER = 0xFFFF               # owner of a packet no worker is to take (this round)
 MAGIC = 0x66617374_70617468    # "fastpath"
 
 
@@ -116,7 +129,7 @@ def _core_layout(nworkers: int, max_dsts: int):
 
 def _io_layout(cap: int, slot: int):
     """Offsets of the arrays of an io segment (data first, then metadata)."""
-    fields = [("data", np.uint8, (cap, slot)), ("start", np.int32, (cap,)),
+    fields = [("data", np.uint8, (cap, slot)), ("idx", np.int64, (cap,)), ("start", np.int32, (cap,)),
               ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
               ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
               ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
@@ -127,6 +140,26 @@ def _io_layout(cap: int, slot: int):
         out.append((name, dt, shape, off))
         off = _align(off + int(np.prod(shape)) * np.dtype(dt).itemsize, LINE)
     return out, off
+
+
+def _meta_layout(cap: int):
+    """Offsets of the arrays of the meta segment: a batch's per-packet
+    fields (in and out) and the worker of each packet (``owner``)."""
+    fields = [("owner", np.uint16, (cap,)), ("start", np.int32, (cap,)),
+              ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
+              ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
+              ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
+              ("reason", np.uint16, (cap,)), ("dst", np.uint32, (cap,)),
+              ("timestamp_ns", np.int64, (cap,))]
+    out, off = [], 0
+    for name, dt, shape in fields:
+        out.append((name, dt, shape, off))
+        off = _align(off + int(np.prod(shape)) * np.dtype(dt).itemsize, LINE)
+    return out, off
+
+
+_IN = ("start", "length", "l2len", "iif", "timestamp_ns")          # to the datapath
+_OUT = ("start", "length", "l2len", "oif", "verdict", "reason", "dst")   # from it (+ data, nexthop)
 
 
 def _views(buf, layout):
@@ -208,6 +241,16 @@ def _read_snapshot(buf):
 # the worker
 # ---------------------------------------------------------------------------
 
+def _copy_back(v, n, idx, data, mv):
+    """A worker's results (its io views ``v``, ``n`` rows, batch rows
+    ``idx``) into the batch's data and meta views (run by the worker, or by
+    the control plane for a worker that died while doing it)."""
+    _rss.put_rows(v["data"][:n], idx, data)
+    _rss.put_rows(v["nexthop"][:n], idx, mv["nexthop"])
+    for f in _OUT:
+        mv[f][idx] = v[f][:n]
+
+
 class _Worker:
     """State of one worker process (runs in the child)."""
 
@@ -228,6 +271,9 @@ class _Worker:
         self.snap = None
         self.ifindex = {}
         self.io = {}
+        self.stage = {}
+        self.stage_epoch = 0
+        self.meta = {}
 
     # QSBR (rte_rcu_qsbr_thread_online / _offline / _quiescent)
     def online(self):
@@ -255,7 +301,7 @@ class _Worker:
         self.snap, self.seq, self.ifindex = snap, seq, meta["ifindex"]
         self.ctl[self.line + Q_SEQ] = seq
 
-    def process_io(self, name, cap, slot, n, linktype):
+    def _io_views(self, name, cap, slot):
         ent = self.io.get(name)
         if ent is None or ent[1] != (cap, slot):
             if ent is None:
@@ -274,15 +320,58 @@ class _Worker:
             if size > len(seg.buf):
                 raise ValueError(f"io segment {name} is too small for {cap} slots of {slot} bytes")
             self.io[name] = ent = (seg, (cap, slot), _views(seg.buf, layout))
-        v = ent[2]
-        sl = slice(0, n)
-        self.ctl[self.line + Q_INFLIGHT] = n
-        self.dp.process(v["data"][sl], v["start"][sl], v["length"][sl], v["l2len"][sl], v["iif"][sl],
-                        v["oif"][sl], v["nexthop"][sl], v["verdict"][sl], v["reason"][sl], v["dst"][sl],
-                        linktype, v["timestamp_ns"][sl])
-        self.ctl[self.line + Q_INFLIGHT] = 0
-        self.ctl[self.line + Q_BATCHES] += 1
-        self.ctl[self.line + Q_PACKETS] += n
+        return ent[2]
+
+    def _stage_seg(self, name, epoch):
+        if epoch != self.stage_epoch:
+            # the control plane unlinked stage segments: drop the mappings
+            for seg in self.stage.values():
+                try:
+                    seg.buf.close()
+                except BufferError:
+                    pass
+            self.stage, self.stage_epoch = {}, epoch
+        seg = self.stage.get(name)
+        if seg is None:
+            seg = self.stage[name] = _Mapped(name)
+        return seg
+
+    def process_io(self, name, cap, slot, n, linktype, stage, stage_off, nrows, meta, mcap, epoch,
+                   chunk):
+        """This worker's packets of a batch: the rows whose ``owner`` is
+        this worker, copied from the stage (data) and the meta segment
+        into its io segment, processed there, copied back."""
+        v = self._io_views(name, cap, slot)
+        seg = self._stage_seg(stage, epoch)
+        data = np.ndarray((nrows, slot), np.uint8, buffer=seg.buf, offset=stage_off)
+        mseg = self._stage_seg(meta, epoch)
+        if mcap < nrows:
+            raise ValueError("meta segment smaller than the batch")
+        mv = self.meta.get((meta, mcap))
+        if mv is None:
+            self.meta = {(meta, mcap): _views(mseg.buf, _meta_layout(mcap)[0])}
+            mv = self.meta[(meta, mcap)]
+        idx = v["idx"][:n]
+        if _rss.own_rows(mv["owner"][:nrows], self.w, idx) != n:
+            raise ValueError("the batch does not give this worker the packets announced")
+        line = self.line
+        self.ctl[line + Q_INFLIGHT] = n
+        self.ctl[line + Q_PHASE] = PH_RUN
+        _rss.take_rows(data, idx, v["data"][:n])
+        for f in _IN:
+            np.take(mv[f][:nrows], idx, out=v[f][:n])
+        step = chunk or n
+        for a in range(0, n, step):
+            sl = slice(a, min(n, a + step))
+            self.dp.process(v["data"][sl], v["start"][sl], v["length"][sl], v["l2len"][sl],
+                            v["iif"][sl], v["oif"][sl], v["nexthop"][sl], v["verdict"][sl],
+                            v["reason"][sl], v["dst"][sl], linktype, v["timestamp_ns"][sl])
+        self.ctl[line + Q_PHASE] = PH_BACK
+        _copy_back(v, n, idx, data, mv)
+        self.ctl[line + Q_PHASE] = PH_IDLE
+        self.ctl[line + Q_INFLIGHT] = 0
+        self.ctl[line + Q_BATCHES] += 1
+        self.ctl[line + Q_PACKETS] += n
 
     def bench(self, frames, iif, linktype, duration, start_at, rate=0.0, ring=0, batch=0):
         pool = Batch.from_packets(frames, iif=iif, linktype=linktype)
@@ -412,8 +501,8 @@ class Dataplane:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if use_stats not in USE_STATS:
             raise ValueError(f"use_stats must be one of {USE_STATS}, not {use_stats!r}")
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError("workers must be a positive integer")
+        if not isinstance(workers, int) or not 1 <= workers < NO_WORKER:
+            raise ValueError(f"workers must be an integer from 1 to {NO_WORKER - 1}")
         if max_routes < 64 or max_routes > (1 << 23):
             raise ValueError("max_routes must be between 64 and 2**23")
         self.mode, self.use_stats, self.nworkers = mode, use_stats, workers
@@ -427,6 +516,10 @@ class Dataplane:
         self._io_views = {}               # io segment name -> ((cap, slot), its array views)
         self._io_seg = {}                 # worker -> (name, size) of its io segment
         self._io_gen = 0
+        self._stage = []                  # [name, size, shm, weakref of the array handed out]
+        self._stage_epoch = 0             # bumped when a stage segment is unlinked
+        self._stage_lock = threading.Lock()
+        self._meta_seg = None             # (name, capacity, views): the batch's fields, shared
         self._closed = False
         self._procs, self._conns = [], []
         self._dead = set()
@@ -646,6 +739,57 @@ class Dataplane:
             w = remap[w]
         return w
 
+    _STAGE_MIN = 1 << 21
+    _STAGE_FREE_KEPT = 4
+
+    def batch_buffer(self, shape) -> np.ndarray:
+        """A ``uint8[rows, slot]`` array in shared memory, for the ``data``
+        of a batch that will be processed here: ``process`` then hands the
+        workers its rows where they lie, without copying the batch first.
+        (``fastpath.pcap`` readers build their batches in these when the
+        processor has this method.)  The buffer is reused once the array
+        and every view of it are gone; a pool of segments, grown as needed:
+        as many as batches are alive at once."""
+        rows, slot = (int(x) for x in shape)
+        if rows < 0 or slot < 0:
+            raise ValueError("bad shape")
+        need = max(1, rows * slot)
+        with self._stage_lock:
+            self._check_open()
+            pick = None
+            for ent in self._stage:
+                if (ent[3] is None or ent[3]() is None) and ent[1] >= need and \
+                        (pick is None or ent[1] < pick[1]):
+                    pick = ent
+            if pick is None:
+                free = [e for e in self._stage if e[3] is None or e[3]() is None]
+                if len(free) >= self._STAGE_FREE_KEPT:     # free but too small: make room
+                    for e in free:
+                        self._stage.remove(e)
+                        self._unlink(e[0])
+                    self._stage_epoch += 1
+                size = max(self._STAGE_MIN, 1 << (need - 1).bit_length())
+                self._io_gen += 1
+                name = f"{self.prefix}st{self._io_gen}"
+                pick = [name, size, self._create(name, size), None]
+                self._stage.append(pick)
+            arr = np.ndarray((rows, slot), np.uint8, buffer=pick[2].buf)
+            pick[3] = weakref.ref(arr)
+            return arr
+
+    def _staged(self, data):
+        """(stage segment name, byte offset) of an array that lies in a
+        buffer of batch_buffer, else None."""
+        base = data
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        with self._stage_lock:
+            for ent in self._stage:
+                if ent[3] is not None and ent[3]() is base:
+                    return (ent[0], data.__array_interface__["data"][0]
+                            - base.__array_interface__["data"][0])
+        return None
+
     def _io(self, w, n, slot):
         """Worker ``w``'s io segment, with room for ``n`` slots of ``slot``
         bytes, and its array views.  One segment per worker, reused batch
@@ -672,70 +816,93 @@ class Dataplane:
             ent = self._io_views[name] = ((cap, slot), _views(self._segments[name].buf, layout))
         return name, cap, ent[1]
 
-    _IN = ("start", "length", "l2len", "iif", "timestamp_ns")
-    _OUT1 = ("start", "length", "l2len", "oif", "verdict", "reason", "dst")   # + data, nexthop
+    def _meta(self, n):
+        """The meta segment (shared by the workers) for a batch of ``n``
+        packets: its name, capacity and views; replaced when too small."""
+        cur = self._meta_seg
+        if cur is None or cur[1] < n:
+            cap = max(4096, 1 << (int(n) - 1).bit_length())
+            if cur is not None:
+                self._unlink(cur[0])
+                self._stage_epoch += 1
+            self._io_gen += 1
+            name = f"{self.prefix}meta{self._io_gen}"
+            layout, size = _meta_layout(cap)
+            cur = self._meta_seg = (name, cap, _views(self._create(name, size).buf, layout))
+        return cur
 
     def process(self, batch: Batch, chunk: int | None = None) -> Batch:
         """Process a batch across the workers, in place, in order: each
-        packet goes to the worker RSS picks, through that worker's io
-        segment.  A worker that dies meanwhile is reported in ``events``
-        and its packets are processed again by the others.
+        packet goes to the worker RSS picks.  A worker that dies meanwhile
+        is reported in ``events`` and its packets are processed again by
+        the others.
 
-        Each worker gets its whole share of the batch in one message (one
-        round trip per worker per batch; the workers run at once while
-        this process waits in ``select``, not spinning), or rounds of at
-        most ``chunk`` packets per worker when ``chunk`` is given.  Every
-        message round trip costs two context switches per worker, so small
-        rounds cost more than the datapath itself: 256-packet rounds (the
-        old default) made ``--workers 2`` 6x slower than one process."""
+        The handoff (measured on a 2-vCPU VM, it cost more than the End
+        datapath itself): this process hashes the packets (RSS), writes
+        each one's worker and its fields into a shared meta segment with
+        contiguous copies, and sends each worker one message; the workers
+        run at once, each picking its own rows from the batch's data (in
+        shared memory where the batch was built in ``batch_buffer``, else
+        copied there whole first), processing them in its io segment
+        (``chunk``: at most that many per datapath call) and copying the
+        results back, while this process waits in ``select``.  A worker that
+        dies while copying back (``Q_PHASE``) left complete results in its
+        io segment: they are copied back for it."""
         self._check_open()
         if chunk is not None and chunk < 1:
             raise ValueError("chunk must be >= 1")
         t = self._tables
         prepare_batch(batch, t)
-        todo = np.arange(len(batch))
+        n = len(batch)
+        if not n:
+            return batch
         lt = LINKTYPES[batch.linktype]
-        while len(todo):
-            owner = self.steer(batch)[todo]
-            # each worker's packets, in batch order (a stable sort by worker)
-            order = np.argsort(owner, kind="stable")
-            bounds = np.searchsorted(owner[order], np.arange(self.nworkers + 1))
-            per = {w: todo[order[bounds[w]:bounds[w + 1]]]
-                   for w in range(self.nworkers) if bounds[w + 1] > bounds[w]}
-            step = chunk or max(len(v) for v in per.values())
-            failed = []
-            offs = {w: 0 for w in per}
-            while offs:
-                ws, msgs, parts = [], [], {}
-                for w in list(offs):
-                    idx = per[w][offs[w]:offs[w] + step]
-                    if not len(idx):
-                        del offs[w]
-                        continue
-                    offs[w] += len(idx)
-                    n = len(idx)
-                    name, cap, v = self._io(w, n, batch.slot)
-                    _rss.take_rows(batch.data, idx, v["data"])
-                    for f in self._IN:
-                        np.take(getattr(batch, f), idx, out=v[f][:n])
-                    ws.append(w)
-                    msgs.append(("process", name, cap, batch.slot, n, lt))
-                    parts[w] = (idx, v)
-                if not ws:
-                    break
-                done = self._call(ws, msgs)
-                for w in ws:
-                    idx, v = parts[w]
-                    n = len(idx)
-                    if w not in done:
-                        failed.append(per[w][offs.get(w, 0) - n:])
-                        offs.pop(w, None)
-                        continue
-                    _rss.put_rows(v["data"][:n], idx, batch.data)
-                    _rss.put_rows(v["nexthop"][:n], idx, batch.nexthop)
-                    for f in self._OUT1:
-                        getattr(batch, f)[idx] = v[f][:n]
-            todo = np.concatenate(failed) if failed else np.zeros(0, np.int64)
+        staged = self._staged(batch.data)
+        tmp = None
+        if staged is None:               # one contiguous copy; the workers pick their rows
+            tmp = self.batch_buffer(batch.data.shape)
+            np.copyto(tmp, batch.data)
+            staged = self._staged(tmp)
+        stage, stage_off = staged
+        data = batch.data if tmp is None else tmp
+        mname, mcap, mv = self._meta(n)
+        for f in _IN:
+            np.copyto(mv[f][:n], getattr(batch, f))
+        owner = mv["owner"][:n]
+        owner[:] = self.steer(batch)
+        while True:
+            counts = np.bincount(owner, minlength=self.nworkers + 1)[:self.nworkers]
+            ws, msgs, parts = [], [], {}
+            for w in np.flatnonzero(counts).tolist():
+                k = int(counts[w])
+                name, cap, v = self._io(w, k, batch.slot)
+                ws.append(w)
+                msgs.append(("process", name, cap, batch.slot, k, lt, stage, stage_off, n, mname,
+                             mcap, self._stage_epoch, chunk))
+                parts[w] = (k, v)
+            if not ws:
+                break
+            done = self._call(ws, msgs)
+            redo = []
+            for w in ws:
+                if w in done:
+                    continue
+                k, v = parts[w]
+                if int(self._ctl[C_WORKERS + W_CTL * w + Q_PHASE]) == PH_BACK:
+                    _copy_back(v, k, v["idx"][:k], data, mv)     # it died copying back
+                    continue
+                redo.append(np.flatnonzero(owner == w))
+            if not redo:
+                break
+            todo = np.concatenate(redo)
+            again = self.steer(batch)[todo]       # the dead worker's packets to the others
+            owner[:] = NO_WORKER
+            owner[todo] = again
+        for f in _OUT:
+            np.copyto(getattr(batch, f), mv[f][:n])
+        np.copyto(batch.nexthop, mv["nexthop"][:n])
+        if tmp is not None:
+            np.copyto(batch.data, tmp)
         frag = np.flatnonzero(batch.reason == REASON_IDS["fragmented"])
         if len(frag):
             fragment_batch(batch, t, frag)
@@ -872,6 +1039,8 @@ class Dataplane:
         self._pcpu = []
         self._io_views = {}
         self._io_seg = {}
+        self._stage = []
+        self._meta_seg = None
         for name in list(self._segments):
             self._unlink(name)
 

@@ -292,6 +292,7 @@ def _run(args) -> int:
             # correctness, not speed: more workers than CPUs share them
             with fastpath.Dataplane(text, workers=args.workers, mode=args.mode,
                                     oversubscribe=True) as dp:
+                reader.alloc = dp.batch_buffer       # batches built where the workers read them
                 run(dp)
                 counters = dp.counters()
         else:

@@ -242,8 +242,8 @@ def hash_bytes(const uint8_t[::1] packet not None, int linktype,
 
 
 # ---------------------------------------------------------------------------
-# The handoff of fastpath.Dataplane.process: each worker's packets copied,
-# whole rows, into its io segment and back.  Why compiled: numpy's
+# The handoff of fastpath.Dataplane.process: each worker copies its packets,
+# whole rows, from the batch into its io segment and back.  Why compiled: numpy's
 # ``take(data, idx, axis=0)`` costs ~35 ns per 320-byte row and the fancy
 # assignment back ~17 (10 for a 16-byte nexthop row), several times a
 # memcpy of the row (measured on the 2-vCPU dev VM, 2048 rows of 4096): at
@@ -284,3 +284,17 @@ def put_rows(const uint8_t[:, ::1] src not None, const int64_t[::1] idx not None
     with nogil:
         for k in range(n):
             memcpy(&dst[idx[k], 0], &src[k, 0], w)
+
+
+def own_rows(const uint16_t[::1] owner not None, uint16_t w, int64_t[::1] rows not None):
+    """``rows[:m]`` = the indexes i where ``owner[i] == w``, in order; returns m."""
+    cdef Py_ssize_t n = owner.shape[0], i, m = 0, cap = rows.shape[0]
+    with nogil:
+        for i in range(n):
+            if owner[i] == w:
+                if m == cap:
+                    with gil:
+                        raise ValueError("own_rows: more rows than room")
+                rows[m] = i
+                m += 1
+    return m
