@@ -731,7 +731,10 @@ class Dataplane:
         h = rss.batch_hash(batch)
         q = rss.queues(h, self.queues).astype(np.int64)
         w = q % self.nworkers
-        alive = self.alive_workers()
+        # the workers known to be alive (no waitpid per worker per batch: a
+        # death shows when its socket closes, in _call, and its packets
+        # are then steered again)
+        alive = [x for x in range(self.nworkers) if x not in self._dead]
         if not alive:
             raise DataplaneError("no worker left")
         if len(alive) < self.nworkers:
