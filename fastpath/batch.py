@@ -1,5 +1,5 @@
 """The Batch: packets in numpy arrays, the one data structure every part of
-fastpath shares (see DESIGN.md).
+fastpath shares.
 
 * ``data``: ``uint8[N, slot]``, one packet per row.  A packet occupies
   ``data[i, start[i] : start[i] + length[i]]``; the bytes in front of it

@@ -240,7 +240,7 @@ cdef struct ctx_t:
     int mp_policy6                # net.ipv6.fib_multipath_hash_policy (0 L3, 1 L4)
     int mp_policy4                # net.ipv4.fib_multipath_hash_policy
     bint v4_full_rpcheck          # custom IPv4 rules or local routes: full fib_validate_source
-    # route caches (see DESIGN.md, "The contention model")
+    # route caches (README.md, "The multi-process dataplane")
     int refmode                   # MODE_NOREF, MODE_REFCOUNT or MODE_REFCOUNT_PRIVATE
     int use_mode                  # USE_SHARED or USE_LAZY
     fp_pcpu* pcpu                 # this worker's copies of the routes, [npcpu]

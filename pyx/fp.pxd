@@ -9,7 +9,7 @@ The record layouts below are mirrored by numpy structured dtypes in
 ``fastpath/tables.py`` (same field offsets, same itemsize); a test compares
 ``sizeof`` here with the dtypes there.  Route entries are exactly one cache
 line each so that the shared ones (null entry, input routes) and per-worker
-ones never share a line (see DESIGN.md, "The contention model").
+ones never share a line (README.md, "The multi-process dataplane").
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int32_t, int64_t
 
