@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 import weakref
+from functools import lru_cache
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 
@@ -127,6 +128,7 @@ def _core_layout(nworkers: int, max_dsts: int):
     return ctl, dsts, dfast, pcpu, stride, pcpu + stride * nworkers
 
 
+@lru_cache(maxsize=64)             # computed once per shape (numpy calls: ~75 us)
 def _io_layout(cap: int, slot: int):
     """Offsets of the arrays of an io segment (data first, then metadata)."""
     fields = [("data", np.uint8, (cap, slot)), ("idx", np.int64, (cap,)), ("start", np.int32, (cap,)),
@@ -142,6 +144,7 @@ def _io_layout(cap: int, slot: int):
     return out, off
 
 
+@lru_cache(maxsize=64)             # computed once per shape (numpy calls: ~75 us)
 def _meta_layout(cap: int):
     """Offsets of the arrays of the meta segment: a batch's per-packet
     fields (in and out) and the worker of each packet (``owner``)."""
@@ -520,6 +523,7 @@ class Dataplane:
         self._stage_epoch = 0             # bumped when a stage segment is unlinked
         self._stage_lock = threading.Lock()
         self._meta_seg = None             # (name, capacity, views): the batch's fields, shared
+        self._wreta = None                # ((queues, deaths), hash -> worker table)
         self._closed = False
         self._procs, self._conns = [], []
         self._dead = set()
@@ -726,21 +730,23 @@ class Dataplane:
     def steer(self, batch: Batch) -> np.ndarray:
         """The worker of every packet: RSS hash -> RETA -> queue -> worker,
         re-steering a dead worker's queues to the live ones (as a driver
-        reprogramming the redirection table)."""
+        reprogramming the redirection table).  The workers known to be
+        alive: no waitpid per worker per batch; a death shows when its
+        socket closes, in _call, and its packets are then steered again."""
         from . import rss
         h = rss.batch_hash(batch)
-        q = rss.queues(h, self.queues).astype(np.int64)
-        w = q % self.nworkers
-        # the workers known to be alive (no waitpid per worker per batch: a
-        # death shows when its socket closes, in _call, and its packets
-        # are then steered again)
-        alive = [x for x in range(self.nworkers) if x not in self._dead]
-        if not alive:
-            raise DataplaneError("no worker left")
-        if len(alive) < self.nworkers:
-            remap = np.array([w if w in alive else alive[w % len(alive)] for w in range(self.nworkers)])
-            w = remap[w]
-        return w
+        key = (self.queues, len(self._dead))
+        if self._wreta is None or self._wreta[0] != key:
+            # hash -> worker in one table: RETA entry -> queue -> worker
+            alive = [x for x in range(self.nworkers) if x not in self._dead]
+            if not alive:
+                raise DataplaneError("no worker left")
+            remap = np.array([w if w in alive else alive[w % len(alive)]
+                              for w in range(self.nworkers)], np.uint16)
+            q = rss.default_reta(self.queues).astype(np.int64)
+            self._wreta = (key, remap[q % self.nworkers])
+        t = self._wreta[1]
+        return t[h & np.uint32(len(t) - 1)]
 
     _STAGE_MIN = 1 << 21
     _STAGE_FREE_KEPT = 4
