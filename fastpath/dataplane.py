@@ -41,6 +41,7 @@ count has not fallen to zero stays retired until it does.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 import os
@@ -518,7 +519,9 @@ class Dataplane:
         self._segments = {}               # name -> SharedMemory we created
         self._io_views = {}               # io segment name -> ((cap, slot), its array views)
         self._io_seg = {}                 # worker -> (name, size) of its io segment
-        self._io_gen = 0
+        # segment numbers: batch_buffer runs in a reader's thread too, and
+        # next() on a count is atomic where ``+= 1`` is not
+        self._seq = itertools.count(1)
         self._stage = []                  # [name, size, shm, weakref of the array handed out]
         self._stage_epoch = 0             # bumped when a stage segment is unlinked
         self._stage_lock = threading.Lock()
@@ -778,8 +781,7 @@ class Dataplane:
                         self._unlink(e[0])
                     self._stage_epoch += 1
                 size = max(self._STAGE_MIN, 1 << (need - 1).bit_length())
-                self._io_gen += 1
-                name = f"{self.prefix}st{self._io_gen}"
+                name = f"{self.prefix}st{next(self._seq)}"
                 pick = [name, size, self._create(name, size), None]
                 self._stage.append(pick)
             arr = np.ndarray((rows, slot), np.uint8, buffer=pick[2].buf)
@@ -814,8 +816,7 @@ class Dataplane:
             if cur is not None:
                 self._io_views.pop(cur[0], None)
                 self._unlink(cur[0])
-            self._io_gen += 1
-            name = f"{self.prefix}io{w}_{self._io_gen}"
+            name = f"{self.prefix}io{w}_{next(self._seq)}"
             size = max(size, 2 * cur[1]) if cur is not None else size
             self._create(name, size)
             cur = self._io_seg[w] = (name, size)
@@ -832,10 +833,11 @@ class Dataplane:
         if cur is None or cur[1] < n:
             cap = max(4096, 1 << (int(n) - 1).bit_length())
             if cur is not None:
+                self._meta_seg = None
                 self._unlink(cur[0])
-                self._stage_epoch += 1
-            self._io_gen += 1
-            name = f"{self.prefix}meta{self._io_gen}"
+                with self._stage_lock:           # batch_buffer bumps it too, in a reader thread
+                    self._stage_epoch += 1
+            name = f"{self.prefix}meta{next(self._seq)}"
             layout, size = _meta_layout(cap)
             cur = self._meta_seg = (name, cap, _views(self._create(name, size).buf, layout))
         return cur

@@ -325,3 +325,22 @@ def test_replay_through_the_dataplane_reads_into_shared_memory(tmp_path):
                        on_batch=lambda b: seen.append(dp._staged(b.data) is not None))
         assert st.packets == 900 and all(seen)
     assert (tmp_path / "r.pcapng").read_bytes() == (tmp_path / "d.pcapng").read_bytes()
+
+
+def test_a_batch_larger_than_the_last_replaces_the_shared_segments():
+    """Growing batches get new meta/io segments (the old ones unlinked, the
+    workers told to remap): results stay the Router's."""
+    cfg, pkts, iif = scenario("End")
+    r = Router()
+    r.configure(cfg)
+    with Dataplane(cfg, workers=2) as dp:
+        for n in (10, 5000, 9000, 300):
+            ps = _mixed_packets(pkts, n)
+            want = Batch.from_packets(ps, iif=iif, linktype="ethernet")
+            r.process(want)
+            got = Batch.from_packets(ps, iif=iif, linktype="ethernet")
+            dp.process(got)
+            assert [(x.verdict, x.data) for x in got.results()] == \
+                   [(x.verdict, x.data) for x in want.results()]
+        names = [s for s in shm_segments(dp.prefix)]
+        assert sum("meta" in s for s in names) == 1 and sum("io0_" in s for s in names) == 1
