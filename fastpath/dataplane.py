@@ -490,7 +490,9 @@ class Dataplane:
     processes.  ``cpus``: CPUs to pin them to (default: chosen by
     ``placement``, "one-socket" or "spread", from the CPU topology; no
     pinning when the machine has fewer CPUs than workers and
-    ``oversubscribe`` is set).  ``mode``: "noref" or "refcount";
+    ``oversubscribe`` is set; ``pin=False``: none at all, the scheduler
+    places them, for when this process needs the same CPUs, as a replay's
+    reader and writer do).  ``mode``: "noref" or "refcount";
     ``use_stats``: "lazy" or "shared".  ``queues``: RX queues (default one
     per worker) spread over the workers round robin; ``process`` steers
     each packet to a queue by its RSS (Toeplitz) hash.  ``max_routes``:
@@ -499,7 +501,8 @@ class Dataplane:
 
     def __init__(self, config="", workers: int = 2, cpus=None, mode: str = "noref",
                  use_stats: str = "lazy", queues: int | None = None, placement: str = "one-socket",
-                 max_routes: int = 1 << 16, oversubscribe: bool = False, check_gen: bool = False,
+                 max_routes: int = 1 << 16, oversubscribe: bool = False, pin: bool = True,
+                 check_gen: bool = False,
                  timeout: float = 60.0):
         if mode not in MODES + ("refcount-private",):
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -532,6 +535,7 @@ class Dataplane:
         self._dead = set()
         self._pending = []                # retired entries waiting for their references to drop
         self.cpus = self._choose_cpus(workers, cpus, placement, oversubscribe)
+        self.pinned = bool(pin)
         self.placement = placement if cpus is None else "explicit"
         self.prefix = f"fp{os.getpid()}_{secrets.token_hex(3)}_"
         try:
@@ -582,7 +586,8 @@ class Dataplane:
         # re-run, whatever script embeds the dataplane.
         for w in range(self.nworkers):
             parent, child = socket.socketpair()
-            args = json.dumps([self.prefix, w, self.nworkers, self.max_dsts, self.cpus[w],
+            args = json.dumps([self.prefix, w, self.nworkers, self.max_dsts,
+                               self.cpus[w] if self.pinned else None,
                                self.mode, self.use_stats, check_gen, child.fileno()])
             p = _Proc(subprocess.Popen([sys.executable, "-m", "fastpath._worker", args],
                                        pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL))

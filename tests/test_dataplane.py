@@ -344,3 +344,14 @@ def test_a_batch_larger_than_the_last_replaces_the_shared_segments():
                    [(x.verdict, x.data) for x in want.results()]
         names = [s for s in shm_segments(dp.prefix)]
         assert sum("meta" in s for s in names) == 1 and sum("io0_" in s for s in names) == 1
+
+
+def test_unpinned_workers():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=2, pin=False) as dp:
+        b = Batch.from_packets(_mixed_packets(pkts, 300), iif=iif, linktype="ethernet")
+        dp.process(b)
+        assert (b.verdict == V["forward"]).all()
+        allowed = sorted(os.sched_getaffinity(0))
+        for pid in dp.worker_pids():
+            assert sorted(os.sched_getaffinity(pid)) == allowed
