@@ -10,8 +10,13 @@ that it is in the page cache.  What is timed (median of R runs, min-max):
 
 * fastpath: ``fastpath.pcap.replay`` = read the pcapng + End in the
   datapath + write the output pcapng (one IDB per egress interface), in
-  one process; plus, on their own, the reader, the datapath and the
-  writer, per packet;
+  one process (wall clock, and the CPU time of all its threads per
+  packet); the same with a classic pcap output, and from the same
+  packets as a classic pcap to a pcap; plus, on their own, the reader,
+  the datapath and the writers, per packet;
+* the yardsticks, on the same files in the same run (when installed):
+  tcpdump (libpcap) copying the pcap to a pcap (``tcpdump -r IN -w OUT``,
+  no processing) and editcap converting it to pcapng;
 * the same pipeline with scapy's raw pcapng reader/writer and with dpkt's
   (``pip install dpkt``) doing the I/O, fastpath's Router in the middle,
   on a smaller capture (``--small``, default 50k packets);
@@ -72,12 +77,36 @@ def _router(cfg):
     return r
 
 
-def fastpath_replay(r, iif, src, out, batch):
-    """Replay ``src`` through the Router ``r`` (configured: not timed)."""
+def fastpath_replay(r, iif, src, out, batch, cpu=None):
+    """Replay ``src`` through the Router ``r`` (configured: not timed);
+    ``cpu``: a list that gets the process's CPU time (all threads)."""
     ifindex = r.interfaces[iif].ifindex
+    c0 = time.process_time()
     t0 = time.perf_counter()
     st = fpcap.replay(r, src, output=out, batch_size=batch, iif=ifindex)
-    return time.perf_counter() - t0, st
+    dt = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(time.process_time() - c0)
+    return dt, st
+
+
+def build_pcap_copy(src, dst):
+    """The same packets as a classic pcap (nanosecond), for tcpdump."""
+    with fpcap.PcapWriter(dst, select="all", linktype="ethernet") as w:
+        for b in fpcap.read_batches(src):
+            w.write_batch(b)
+
+
+def tool_copy(argv, runs):
+    """Median wall time of an external command (None when not installed)."""
+    if shutil.which(argv[0]) is None:
+        return None
+    xs = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        xs.append(time.perf_counter() - t0)
+    return xs
 
 
 def fastpath_parts(cfg, iif, src, out, batch, limit):
@@ -105,8 +134,14 @@ def fastpath_parts(cfg, iif, src, out, batch, limit):
         for b in kept:
             w.write_batch(b)
     write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with fpcap.PcapWriter(out + ".pcap") as w:
+        for b in kept:
+            w.write_batch(b)
+    write_pcap_s = time.perf_counter() - t0
+    os.unlink(out + ".pcap")
     return {"read_ns": read_s / n * 1e9, "datapath_ns": proc_s / nk * 1e9,
-            "write_ns": write_s / nk * 1e9}
+            "write_ns": write_s / nk * 1e9, "write_pcap_ns": write_pcap_s / nk * 1e9}
 
 
 def _results(r, b):
@@ -237,20 +272,64 @@ def main(argv=None) -> int:
         _warm(src)
         print(f"capture: {args.packets:,} End frames, {os.path.getsize(src) / 1e6:.1f} MB "
               f"in {d} (built in {time.perf_counter() - t0:.1f} s)")
-        times = []
+        src_pcap = os.path.join(d, "in.pcap")
+        out_pcap = os.path.join(d, "out.pcap")
+        build_pcap_copy(src, src_pcap)
+        _warm(src_pcap)
+        # the three fastpath replays and the two tools, interleaved run by
+        # run: the machine's load drifts, and each comparison is made on
+        # the same minutes
+        cases = (("fastpath", src, out), ("fastpath_pcap_out", src, out_pcap),
+                 ("fastpath_pcap_to_pcap", src_pcap, out_pcap))
+        times = {k: [] for k, _, _ in cases}
+        cpus = {k: [] for k, _, _ in cases}
+        tools = {"tcpdump": ["tcpdump", "-r", src_pcap, "-w", out_pcap],
+                 "editcap": ["editcap", "-F", "pcapng", src_pcap, out]}
+        tool_s = {k: [] for k in tools}
+        sizes = {}
         for _ in range(args.runs):
-            dt, st = fastpath_replay(_router(cfg), iif, src, out, args.batch)
-            assert st.packets == args.packets and st.verdicts.get("forward") == args.packets
-            times.append(args.packets / dt)
-        fpr = _median(times)
-        fpr["output_bytes"] = os.path.getsize(out)
-        report["fastpath"] = fpr
+            for name, i, o in cases:
+                dt, st = fastpath_replay(_router(cfg), iif, i, o, args.batch, cpus[name])
+                assert st.packets == args.packets and st.verdicts.get("forward") == args.packets
+                times[name].append(args.packets / dt)
+                sizes[name] = os.path.getsize(o)
+            for name, argv in tools.items():
+                xs = tool_copy(argv, 1)
+                if xs is not None:
+                    tool_s[name] += xs
+        for name, _, _ in cases:
+            r = report[name] = _median(times[name])
+            r["output_bytes"] = sizes[name]
+            r["cpu_ns_per_packet"] = _median([c / args.packets * 1e9 for c in cpus[name]])
+        for name in tools:
+            if tool_s[name]:
+                report[name] = {"seconds": _median(tool_s[name]),
+                                "packets_per_s": args.packets / statistics.median(tool_s[name])}
+            else:
+                report[name] = {"skipped": f"{name} not installed"}
+        fpr = report["fastpath"]
         parts = fastpath_parts(cfg, iif, src, out, args.batch, min(args.packets, 200_000))
         report["fastpath_parts_ns_per_packet"] = parts
-        print(f"fastpath  read+End+write pcapng: {fpr['median'] / 1e6:6.2f} M packets/s "
-              f"(min {fpr['min'] / 1e6:.2f}, max {fpr['max'] / 1e6:.2f}; {args.runs} runs)")
+        for name, label in (("fastpath", "pcapng -> pcapng"),
+                            ("fastpath_pcap_out", "pcapng -> pcap  "),
+                            ("fastpath_pcap_to_pcap", "pcap   -> pcap  ")):
+            r = report[name]
+            print(f"fastpath  read+End+write {label}: {r['median'] / 1e6:6.2f} M packets/s "
+                  f"(min {r['min'] / 1e6:.2f}, max {r['max'] / 1e6:.2f}; {args.runs} runs), "
+                  f"CPU {r['cpu_ns_per_packet']['median']:.0f} ns per packet (all threads)")
+        for name, what in (("tcpdump", "copy pcap -> pcap"), ("editcap", "pcap -> pcapng  ")):
+            t = report[name]
+            if "skipped" in t:
+                print(f"{name:<9} skipped: {t['skipped']}")
+                continue
+            ratio = report["fastpath_pcap_to_pcap" if name == "tcpdump" else "fastpath"]["median"] \
+                / t["packets_per_s"]
+            t["fastpath_ratio"] = ratio
+            print(f"{name:<9} {what}:            {t['packets_per_s'] / 1e6:6.2f} M packets/s "
+                  f"({t['seconds']['median']:.3f} s; fastpath with End {ratio:.2f}x)")
         print("          alone: read {read_ns:.0f} ns, datapath {datapath_ns:.0f} ns, "
-              "write {write_ns:.0f} ns per packet".format(**parts))
+              "write pcapng {write_ns:.0f} ns, write pcap {write_pcap_ns:.0f} ns per "
+              "packet".format(**parts))
         if not args.no_others:
             small = os.path.join(d, "small.pcapng")
             build_capture(small, args.small, args.batch)

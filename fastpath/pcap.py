@@ -662,6 +662,9 @@ class PcapReader:
     callable ``f(CaptureInterface) -> name | ifindex | None``.
     ``errors="raise"`` raises ``PcapError`` after the good packets;
     ``"stop"`` ends the iteration there and keeps the error in ``.error``.
+    ``alloc``: ``f((rows, slot)) -> uint8 array`` for each batch's data
+    (default ``np.empty``; ``Dataplane.batch_buffer`` puts the batches
+    where its workers read them, with no copy in ``Dataplane.process``).
 
     Attributes: ``format`` ("pcap" / "pcapng"), ``interfaces`` (list of
     ``CaptureInterface``, growing as pcapng IDBs are read), ``packets``
@@ -671,7 +674,7 @@ class PcapReader:
 
     def __init__(self, source, *, batch_size=DEFAULT_BATCH, headroom=128, tailroom=64, iif=None,
                  chunk_bytes=DEFAULT_CHUNK, max_caplen=MAX_CAPLEN, max_block=MAX_BLOCK,
-                 batch_bytes=64 << 20, raw12=False, errors="raise"):
+                 batch_bytes=64 << 20, raw12=False, errors="raise", alloc=None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if headroom < 0 or tailroom < 0:
@@ -689,6 +692,7 @@ class PcapReader:
         self.chunk_bytes = int(chunk_bytes)
         self.raw12 = raw12
         self.errors = errors
+        self.alloc = alloc
         self._iif = iif
         self._iif_cache = []
         self.interfaces: list[CaptureInterface] = []
@@ -1072,7 +1076,10 @@ class PcapReader:
     def _make_batch(self, k, linktype, maxlen):
         P = self._p
         length = P.dlen[:k].copy()
-        data = np.empty((k, self._slot(maxlen)), np.uint8)
+        shape = (k, self._slot(maxlen))
+        data = np.empty(shape, np.uint8) if self.alloc is None else self.alloc(shape)
+        if data.shape != shape or data.dtype != np.uint8 or not data.flags.c_contiguous:
+            raise ValueError("alloc must return a C-contiguous uint8 array of the shape asked for")
         total = _io.gather(self._buf, P.doff[:k] - self._base, length, data, self.headroom)
         b = Batch(data, np.full(k, self.headroom, np.int32), length, linktype=linktype,
                   timestamp_ns=P.ts[:k].copy(), headroom=self.headroom)
@@ -2029,6 +2036,8 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
             drops = open_writer(drops, select="drops")
             own.append(drops)
         if isinstance(source, (str, bytes, os.PathLike)) or hasattr(source, "read"):
+            if "alloc" not in reader_kw and hasattr(processor, "batch_buffer"):
+                reader_kw["alloc"] = processor.batch_buffer     # a Dataplane: no copy in
             batches = read_batches(source, prefetch=prefetch, **reader_kw)
         else:
             if reader_kw:

@@ -271,3 +271,87 @@ def test_a_worker_stuck_online_stalls_the_grace_period_with_a_clear_error():
         assert dp._recv(0, 10) == ("ok",)       # it comes back; the next grace period completes
         dp.synchronize(timeout=5)
         assert dp.counters()["workers_alive"] == 2
+
+
+def test_batches_built_in_shared_memory_and_reused():
+    """A batch whose data lies in Dataplane.batch_buffer is processed where
+    it lies (same results as the Router, with a chunk or without); the
+    buffer is reused once the batch is gone; a reader builds its batches
+    there when asked to."""
+    cfg, pkts, iif = scenario("End")
+    pkts = _mixed_packets(pkts, 700)
+    r = Router()
+    r.configure(cfg)
+    want = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+    r.process(want)
+    ref = [(x.verdict, x.oif, x.reason, x.data) for x in want.results()]
+    with Dataplane(cfg, workers=2) as dp:
+        for chunk in (None, 64):
+            src = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+            buf = dp.batch_buffer(src.data.shape)
+            buf[...] = src.data
+            b = Batch(buf, src.start, src.length, linktype="ethernet")
+            b.iif_names = src.iif_names
+            assert dp._staged(b.data) is not None and dp._staged(src.data) is None
+            dp.process(b, chunk=chunk)
+            assert [(x.verdict, x.oif, x.reason, x.data) for x in b.results()] == ref
+            # a slice of a staged batch is staged too (at its offset)
+            assert dp._staged(b[10:].data)[1] == 10 * b.slot
+            del b, buf
+        nseg = len(dp._stage)
+        for _ in range(5):                      # freed buffers come back: no new segment
+            x = dp.batch_buffer((256, 512))
+            del x
+        assert len(dp._stage) == nseg
+        with pytest.raises(ValueError):
+            dp.process(Batch.from_packets(pkts[:4], iif=iif, linktype="ethernet"), chunk=0)
+
+
+def test_replay_through_the_dataplane_reads_into_shared_memory(tmp_path):
+    import fastpath.pcap as fp
+    cfg, pkts, iif = scenario("End")
+    pkts = _mixed_packets(pkts, 900)
+    src = tmp_path / "in.pcapng"
+    with fp.PcapngWriter(src, select="all") as w:
+        b = Batch.from_packets(pkts, iif=iif, linktype="ethernet")
+        b.ifnames = {1: iif}
+        w.write_batch(b)
+    r = Router()
+    r.configure(cfg)
+    fp.replay(r, src, output=tmp_path / "r.pcapng", iif=iif, batch_size=256)
+    with Dataplane(cfg, workers=2) as dp:
+        seen = []
+        st = fp.replay(dp, src, output=tmp_path / "d.pcapng", iif=iif, batch_size=256,
+                       on_batch=lambda b: seen.append(dp._staged(b.data) is not None))
+        assert st.packets == 900 and all(seen)
+    assert (tmp_path / "r.pcapng").read_bytes() == (tmp_path / "d.pcapng").read_bytes()
+
+
+def test_a_batch_larger_than_the_last_replaces_the_shared_segments():
+    """Growing batches get new meta/io segments (the old ones unlinked, the
+    workers told to remap): results stay the Router's."""
+    cfg, pkts, iif = scenario("End")
+    r = Router()
+    r.configure(cfg)
+    with Dataplane(cfg, workers=2) as dp:
+        for n in (10, 5000, 9000, 300):
+            ps = _mixed_packets(pkts, n)
+            want = Batch.from_packets(ps, iif=iif, linktype="ethernet")
+            r.process(want)
+            got = Batch.from_packets(ps, iif=iif, linktype="ethernet")
+            dp.process(got)
+            assert [(x.verdict, x.data) for x in got.results()] == \
+                   [(x.verdict, x.data) for x in want.results()]
+        names = [s for s in shm_segments(dp.prefix)]
+        assert sum("meta" in s for s in names) == 1 and sum("io0_" in s for s in names) == 1
+
+
+def test_unpinned_workers():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=2, pin=False) as dp:
+        b = Batch.from_packets(_mixed_packets(pkts, 300), iif=iif, linktype="ethernet")
+        dp.process(b)
+        assert (b.verdict == V["forward"]).all()
+        allowed = sorted(os.sched_getaffinity(0))
+        for pid in dp.worker_pids():
+            assert sorted(os.sched_getaffinity(pid)) == allowed

@@ -1075,3 +1075,22 @@ def test_replay_keeps_counts_and_output_up_to_a_malformed_record(tmp_path, backe
     res = processed(30)[1].results()[:29]
     out = [p for b in fp.read_batches(str(tmp_path / "o.pcapng")) for p in b.packets()]
     assert out == [x.data for x in res if x.verdict in ("forward", "icmp")]
+
+
+def test_reader_alloc_builds_the_batches_where_asked(tmp_path):
+    p = tmp_path / "a.pcap"
+    with fp.PcapWriter(p, linktype="raw") as w:
+        w.write_packets([bytes([0x60]) + bytes(39 + k) for k in range(10)], linktype="raw")
+    got = []
+
+    def alloc(shape):
+        a = np.full(shape, 0xEE, np.uint8)       # the reader must fill every byte
+        got.append(a)
+        return a
+    plain = list(fp.PcapReader(p, batch_size=4))
+    mine = list(fp.PcapReader(p, batch_size=4, alloc=alloc))
+    assert len(got) == 3 and all(b.data.base is a or b.data is a for b, a in zip(mine, got))
+    for a, b in zip(plain, mine):
+        assert (a.data == b.data).all() and (a.length == b.length).all()
+    with pytest.raises(ValueError, match="alloc must return"):
+        list(fp.PcapReader(p, batch_size=4, alloc=lambda s: np.zeros((1, 1), np.uint8)))

@@ -396,3 +396,33 @@ def test_rss_input_shapes():
 
 def test_debug_flag_reported():
     assert _rss.DEBUG_BUILD in (True, False)
+
+
+def test_handoff_row_copies():
+    """take_rows / put_rows / own_rows (Dataplane.process's handoff): the
+    rows asked for, and a clear error for an index or a shape that does
+    not fit (never a copy out of bounds)."""
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 256, (50, 48), dtype=np.uint8)
+    idx = np.array([3, 0, 49, 7], np.int64)
+    dst = np.zeros((4, 48), np.uint8)
+    _rss.take_rows(src, idx, dst)
+    assert (dst == src[idx]).all()
+    back = np.zeros_like(src)
+    _rss.put_rows(dst, idx, back)
+    assert (back[idx] == src[idx]).all() and not back[[1, 2]].any()
+    for bad in ([50], [-1]):
+        with pytest.raises(ValueError, match="out of range"):
+            _rss.take_rows(src, np.array(bad, np.int64), dst)
+        with pytest.raises(ValueError, match="out of range"):
+            _rss.put_rows(dst[:1], np.array(bad, np.int64), back)
+    with pytest.raises(ValueError, match="width"):
+        _rss.take_rows(src, idx, np.zeros((4, 47), np.uint8))
+    with pytest.raises(ValueError, match="fewer rows"):
+        _rss.take_rows(src, idx, np.zeros((3, 48), np.uint8))
+    owner = np.array([1, 0, 1, 1, 2, 0], np.uint16)
+    rows = np.zeros(6, np.int64)
+    assert _rss.own_rows(owner, 1, rows) == 3 and rows[:3].tolist() == [0, 2, 3]
+    assert _rss.own_rows(owner, 7, rows) == 0
+    with pytest.raises(ValueError, match="more rows"):
+        _rss.own_rows(owner, 1, np.zeros(2, np.int64))
