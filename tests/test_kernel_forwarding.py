@@ -236,11 +236,15 @@ def test_icmp_rate_limits_match_the_kernel():
     assert [x.reason for x in b6.results()][6:] == ["icmp_suppressed"] * 4
 
 
+# (Unreachables in icmp_ratemask with icmp_ratelimit 0 are not compared here:
+# icmpv4_xrlim_allow() leaves the bucket ip_error() has just updated alone only
+# when no jiffy ticked in between -- observed so on an idle machine, but a
+# tick between the two, likelier under load, empties it.  fastpath models the
+# no-tick case: test_datapath.py::test_ip_error_limiter_is_timed_by_packet_timestamps.)
 @pytest.mark.parametrize("limits", [
     {},                                                              # the oracle's: ratemask 0
-    {"net.ipv4.icmp_ratemask": "6168"},                              # in the mask, ratelimit 0
     {"net.ipv4.icmp_ratelimit": "1000", "net.ipv4.icmp_ratemask": "6168"},
-], ids=["ip_error-alone", "ratemask", "ratelimit"])
+], ids=["ip_error-alone", "ratelimit"])
 def test_ip_error_limiter_matches_the_kernel(limits):
     """ip_error()'s per-source limiter of IPv4 unreachables: on in the
     kernel (net.ipv4.route.error_cost / error_burst exist in the initial
@@ -288,7 +292,10 @@ def test_ip_error_limiter_matches_the_kernel(limits):
 def test_ip_error_shares_its_bucket_with_the_icmp_limit_like_the_kernel(ratemask):
     """A Time Exceeded between unreachables of one source: with the type in
     icmp_ratemask (icmp_ratelimit 0) it empties the inet_peer bucket that
-    ip_error() counts on."""
+    ip_error() counts on.  (Before it, with the mask, a jiffy ticking between
+    ip_error() and icmpv4_xrlim_allow() can empty the bucket early in the
+    kernel -- see above -- so the first three are held to fastpath's answers
+    only where the kernel sent them.)"""
     try:
         from .kernel_oracle import KernelOracle, oracle_available
     except ImportError:  # pragma: no cover
@@ -315,5 +322,8 @@ def test_ip_error_shares_its_bucket_with_the_icmp_limit_like_the_kernel(ratemask
                 f"sysctl -w net.ipv4.icmp_ratemask={ratemask}\n")
     b = Batch.from_packets(pkts, iif="tun0", timestamps_ns=[k * 5_000_000 for k in range(len(pkts))])
     r.process(b)
-    assert [x.verdict == "icmp" for x in b.results()] == [bool(g) for g in got]
-    assert [bool(g) for g in got] != [True] * len(pkts)       # the limiter did something
+    sent = [x.verdict == "icmp" for x in b.results()]
+    kernel = [bool(g) for g in got]
+    assert sent[3:] == kernel[3:]
+    assert all(s for s, k in zip(sent[:3], kernel[:3]) if k) and kernel[0]
+    assert kernel != [True] * len(pkts)       # the limiter did something
