@@ -129,37 +129,36 @@ def _core_layout(nworkers: int, max_dsts: int):
     return ctl, dsts, dfast, pcpu, stride, pcpu + stride * nworkers
 
 
-@lru_cache(maxsize=64)             # computed once per shape (numpy calls: ~75 us)
-def _io_layout(cap: int, slot: int):
-    """Offsets of the arrays of an io segment (data first, then metadata)."""
-    fields = [("data", np.uint8, (cap, slot)), ("idx", np.int64, (cap,)), ("start", np.int32, (cap,)),
-              ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
-              ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
-              ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
-              ("reason", np.uint16, (cap,)), ("dst", np.uint32, (cap,)),
-              ("timestamp_ns", np.int64, (cap,))]
+def _packet_fields(cap: int) -> list:
+    """A batch's per-packet fields, as (name, dtype, shape) for ``cap`` packets."""
+    return [("start", np.int32, (cap,)), ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
+            ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
+            ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
+            ("reason", np.uint16, (cap,)), ("dst", np.uint32, (cap,)),
+            ("timestamp_ns", np.int64, (cap,))]
+
+
+def _lay_out(fields) -> tuple:
+    """(name, dtype, shape, offset) per field, each on its own cache lines,
+    and the total size."""
     out, off = [], 0
     for name, dt, shape in fields:
         out.append((name, dt, shape, off))
         off = _align(off + int(np.prod(shape)) * np.dtype(dt).itemsize, LINE)
     return out, off
+
+
+@lru_cache(maxsize=64)             # computed once per shape (numpy calls: ~75 us)
+def _io_layout(cap: int, slot: int):
+    """Offsets of the arrays of an io segment (data first, then metadata)."""
+    return _lay_out([("data", np.uint8, (cap, slot)), ("idx", np.int64, (cap,))] + _packet_fields(cap))
 
 
 @lru_cache(maxsize=64)             # computed once per shape (numpy calls: ~75 us)
 def _meta_layout(cap: int):
     """Offsets of the arrays of the meta segment: a batch's per-packet
     fields (in and out) and the worker of each packet (``owner``)."""
-    fields = [("owner", np.uint16, (cap,)), ("start", np.int32, (cap,)),
-              ("length", np.int32, (cap,)), ("l2len", np.uint16, (cap,)),
-              ("iif", np.uint32, (cap,)), ("oif", np.uint32, (cap,)),
-              ("nexthop", np.uint8, (cap, 16)), ("verdict", np.uint8, (cap,)),
-              ("reason", np.uint16, (cap,)), ("dst", np.uint32, (cap,)),
-              ("timestamp_ns", np.int64, (cap,))]
-    out, off = [], 0
-    for name, dt, shape in fields:
-        out.append((name, dt, shape, off))
-        off = _align(off + int(np.prod(shape)) * np.dtype(dt).itemsize, LINE)
-    return out, off
+    return _lay_out([("owner", np.uint16, (cap,))] + _packet_fields(cap))
 
 
 _IN = ("start", "length", "l2len", "iif", "timestamp_ns")          # to the datapath

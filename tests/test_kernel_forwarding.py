@@ -236,6 +236,29 @@ def test_icmp_rate_limits_match_the_kernel():
     assert [x.reason for x in b6.results()][6:] == ["icmp_suppressed"] * 4
 
 
+def _ip_error_oracle():
+    """KernelOracle and the kernel's error_cost and error_burst (jiffies), or a
+    skip: no oracle here, or a kernel whose values are not a HZ 250 one's
+    defaults (fastpath counts jiffies of 4 ms)."""
+    try:
+        from .kernel_oracle import KernelOracle, oracle_available
+    except ImportError:  # pragma: no cover
+        from kernel_oracle import KernelOracle, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    try:
+        with open("/proc/sys/net/ipv4/route/error_cost") as f1, \
+                open("/proc/sys/net/ipv4/route/error_burst") as f2:
+            cost, burst = int(f1.read()), int(f2.read())
+    except OSError as e:
+        pytest.skip(f"net.ipv4.route.error_cost not readable here: {e}")
+    if (cost, burst) != (250, 1250):
+        pytest.skip(f"error_cost/error_burst are {cost}/{burst} jiffies here, not a HZ 250 "
+                    "kernel's defaults (fastpath counts jiffies of 4 ms)")
+    return KernelOracle, cost, burst
+
+
 # (Unreachables in icmp_ratemask with icmp_ratelimit 0 are not compared here:
 # icmpv4_xrlim_allow() leaves the bucket ip_error() has just updated alone only
 # when no jiffy ticked in between -- observed so on an idle machine, but a
@@ -251,23 +274,8 @@ def test_ip_error_limiter_matches_the_kernel(limits):
     namespace only, and apply to every one), off in fastpath unless set.
     The same source sends 8 packets to an unroutable destination 5 ms apart,
     then one more 1.1 s later: the same errors come out."""
-    try:
-        from .kernel_oracle import KernelOracle, oracle_available
-    except ImportError:  # pragma: no cover
-        from kernel_oracle import KernelOracle, oracle_available
     import time
-    ok, reason = oracle_available()
-    if not ok:
-        pytest.skip(reason)
-    try:
-        with open("/proc/sys/net/ipv4/route/error_cost") as f1, \
-                open("/proc/sys/net/ipv4/route/error_burst") as f2:
-            cost, burst = int(f1.read()), int(f2.read())
-    except OSError as e:
-        pytest.skip(f"net.ipv4.route.error_cost not readable here: {e}")
-    if (cost, burst) != (250, 1250):
-        pytest.skip(f"error_cost/error_burst are {cost}/{burst} jiffies here, not a HZ 250 "
-                    "kernel's defaults (fastpath counts jiffies of 4 ms)")
+    KernelOracle, cost, burst = _ip_error_oracle()
     from fastpath import Batch
     p = bytes(u4("203.0.113.9", src="10.64.3.7"))       # no route: net unreachable
     with KernelOracle(sysctls=limits) as k:
@@ -296,20 +304,7 @@ def test_ip_error_shares_its_bucket_with_the_icmp_limit_like_the_kernel(ratemask
     ip_error() and icmpv4_xrlim_allow() can empty the bucket early in the
     kernel -- see above -- so the first three are held to fastpath's answers
     only where the kernel sent them.)"""
-    try:
-        from .kernel_oracle import KernelOracle, oracle_available
-    except ImportError:  # pragma: no cover
-        from kernel_oracle import KernelOracle, oracle_available
-    ok, reason = oracle_available()
-    if not ok:
-        pytest.skip(reason)
-    try:
-        with open("/proc/sys/net/ipv4/route/error_cost") as f:
-            cost = int(f.read())
-    except OSError as e:
-        pytest.skip(f"net.ipv4.route.error_cost not readable here: {e}")
-    if cost != 250:
-        pytest.skip(f"error_cost is {cost} jiffies here, not a HZ 250 kernel's default")
+    KernelOracle, _, _ = _ip_error_oracle()
     from fastpath import Batch
     unreach = bytes(u4("203.0.113.9", src="10.64.3.9"))
     expiring = bytes(u4("192.0.2.1", src="10.64.3.9", ttl=1))
