@@ -81,21 +81,21 @@ cdef void process_path(ctx_t* c, pkt_t* p) noexcept nogil:
     l2_egress(c, p)
 
 
-cdef struct bat_t:                # a batch's arrays, as raw pointers
+cdef struct bat_t:                # a batch's arrays, as raw pointers (fastpath/batch.py)
     Py_ssize_t n
-    int32_t slot
+    int32_t slot                  # bytes per row of data
     int linktype
-    uint8_t* base
-    int32_t* st
-    int32_t* ln
-    uint16_t* l2
-    uint32_t* ii
-    uint32_t* oo
-    uint8_t* nh
-    uint8_t* vd
-    uint16_t* rs
-    uint32_t* ds
-    int64_t* tsp
+    uint8_t* base                 # data[0, 0]
+    int32_t* start
+    int32_t* length
+    uint16_t* l2len
+    uint32_t* iif
+    uint32_t* oif
+    uint8_t* nexthop              # 16 bytes per packet
+    uint8_t* verdict
+    uint16_t* reason
+    uint32_t* dst
+    int64_t* timestamp_ns         # or NULL
 
 
 cdef inline int64_t ts_ns(const timespec* t) noexcept nogil:
@@ -128,7 +128,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
     cdef Py_ssize_t chunk = 0             # first packet of the current chunk
     c.slot = slot
     c.linktype = b.linktype
-    c.batch_ts = b.tsp
+    c.batch_ts = b.timestamp_ns
     cdef bint use_fast = c.fast and c.trace == NULL   # (neither changes during a batch)
     for i in range(b.n):
         if i % PRE_CHUNK == 0:
@@ -147,16 +147,16 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             if ahead:
                 c.ahead_chunks += 1
                 for j in range(i, min(i + PRE_CHUNK, b.n)):
-                    prelookup(c, b.base + j * slot, b.st[j], b.ln[j], b.ii[j], &pre[j - i])
-                pre_second(c, pre, <int>(min(i + PRE_CHUNK, b.n) - i), b.ii + i)
+                    prelookup(c, b.base + j * slot, b.start[j], b.length[j], b.iif[j], &pre[j - i])
+                pre_second(c, pre, <int>(min(i + PRE_CHUNK, b.n) - i), b.iif + i)
         p.pre = pnext
         if pnext != NULL:
             pnext += 1
         p.row = b.base + i * slot
         p.index = i
-        p.start = b.st[i]
-        p.length = b.ln[i]
-        p.iif = b.ii[i]
+        p.start = b.start[i]
+        p.length = b.length[i]
+        p.iif = b.iif[i]
         if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
             # Debug build: run the packet in a heap buffer that ends
             # exactly where the packet ends, so that any read past
@@ -178,14 +178,14 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
             process_one(c, &p, use_fast)
         if not use_fast:                  # (tracing turns the fast path off)
             tr(c, T_VERDICT, p.verdict, p.reason, NULL)
-        b.st[i] = p.start
-        b.ln[i] = p.length
-        b.l2[i] = p.l2len
-        b.oo[i] = p.oif
-        memcpy(b.nh + 16 * i, p.nexthop, 16)
-        b.vd[i] = p.verdict
-        b.rs[i] = p.reason
-        b.ds[i] = p.dst
+        b.start[i] = p.start
+        b.length[i] = p.length
+        b.l2len[i] = p.l2len
+        b.oif[i] = p.oif
+        memcpy(b.nexthop + 16 * i, p.nexthop, 16)
+        b.verdict[i] = p.verdict
+        b.reason[i] = p.reason
+        b.dst[i] = p.dst
         if p.reason < R_COUNT:
             reasons[p.reason] += 1
         if p.reason == R_FRAGMENTED:

@@ -456,16 +456,16 @@ cdef class Datapath:
         b.slot = <int32_t>cnp.PyArray_DIM(data, 1)
         b.linktype = linktype
         b.base = <uint8_t*>cnp.PyArray_DATA(data)
-        b.st = <int32_t*>cnp.PyArray_DATA(start)
-        b.ln = <int32_t*>cnp.PyArray_DATA(length)
-        b.l2 = <uint16_t*>cnp.PyArray_DATA(l2len)
-        b.ii = <uint32_t*>cnp.PyArray_DATA(iif)
-        b.oo = <uint32_t*>cnp.PyArray_DATA(oif)
-        b.nh = <uint8_t*>cnp.PyArray_DATA(nexthop)
-        b.vd = <uint8_t*>cnp.PyArray_DATA(verdict)
-        b.rs = <uint16_t*>cnp.PyArray_DATA(reason)
-        b.ds = <uint32_t*>cnp.PyArray_DATA(dst)
-        b.tsp = <int64_t*>cnp.PyArray_DATA(timestamp_ns) if (timestamp_ns is not None and n) else NULL
+        b.start = <int32_t*>cnp.PyArray_DATA(start)
+        b.length = <int32_t*>cnp.PyArray_DATA(length)
+        b.l2len = <uint16_t*>cnp.PyArray_DATA(l2len)
+        b.iif = <uint32_t*>cnp.PyArray_DATA(iif)
+        b.oif = <uint32_t*>cnp.PyArray_DATA(oif)
+        b.nexthop = <uint8_t*>cnp.PyArray_DATA(nexthop)
+        b.verdict = <uint8_t*>cnp.PyArray_DATA(verdict)
+        b.reason = <uint16_t*>cnp.PyArray_DATA(reason)
+        b.dst = <uint32_t*>cnp.PyArray_DATA(dst)
+        b.timestamp_ns = <int64_t*>cnp.PyArray_DATA(timestamp_ns) if (timestamp_ns is not None and n) else NULL
         return 0
 
     def process(self, data, start, length, l2len, iif, oif, nexthop, verdict, reason, dst,
@@ -583,8 +583,8 @@ cdef class Datapath:
                 src = pos
                 for r in range(b.n):
                     memcpy(b.base + r * b.slot, sd + src * sslot, used)
-                    b.st[r] = ss[src]
-                    b.ln[r] = sl[src]
+                    b.start[r] = ss[src]
+                    b.length[r] = sl[src]
                     src += 1
                     if src == npool:
                         src = 0
