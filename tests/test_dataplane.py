@@ -133,29 +133,33 @@ def test_churn_while_forwarding(mode):
     accounted for, and the dead-entry fallbacks are observed."""
     cfg, pkts, iif = scenario("End")
     with Dataplane(cfg, workers=2, mode=mode, check_gen=True) as dp:
-        out = {}
-        th = threading.Thread(target=lambda: out.setdefault(
-            "res", dp.bench(pkts, iif, "ethernet", duration=2.0, start_delay=0.1)))
-        th.start()
-        time.sleep(0.15)
-        k = 0
-        t_end = time.monotonic() + 1.7
-        while time.monotonic() < t_end:
-            dp.configure(f"ip -6 route replace fc00:2::/32 via 2001:db8:2::2 dev eth1 metric {k % 3}\n"
-                         + "\n".join(f"ip -6 route replace 2600:{k % 7}:{j:x}::/48 via 2001:db8:2::2 dev eth1"
-                                     for j in range(50)))
-            k += 1
-        th.join()
-        res = out["res"]
-        assert len(res) == 2 and all(r["packets"] > 0 for r in res)
-        c = dp.counters()
-        assert c["gen_violations"] == 0
-        # every packet processed has exactly one verdict/reason
-        assert sum(sum(r["reasons"]) for r in res) == sum(r["packets"] for r in res)
-        fallback = sum(r["reasons"][REASON_IDS["route_dead"]] for r in res) if mode == "noref" \
-            else sum(r["hold_fail"] for r in res)
+        k, fallback, rounds = 0, 0, 0
+        # the fallback needs a packet in flight as its entry dies: on a
+        # loaded machine a round may see none, so up to three rounds
+        while fallback == 0 and rounds < 3:
+            rounds += 1
+            out = {}
+            th = threading.Thread(target=lambda: out.setdefault(
+                "res", dp.bench(pkts, iif, "ethernet", duration=2.0, start_delay=0.1)))
+            th.start()
+            time.sleep(0.15)
+            t_end = time.monotonic() + 1.7
+            while time.monotonic() < t_end:
+                dp.configure(f"ip -6 route replace fc00:2::/32 via 2001:db8:2::2 dev eth1 metric {k % 3}\n"
+                             + "\n".join(f"ip -6 route replace 2600:{k % 7}:{j:x}::/48 via 2001:db8:2::2 "
+                                          "dev eth1" for j in range(50)))
+                k += 1
+            th.join()
+            res = out["res"]
+            assert len(res) == 2 and all(r["packets"] > 0 for r in res)
+            c = dp.counters()
+            assert c["gen_violations"] == 0
+            # every packet processed has exactly one verdict/reason
+            assert sum(sum(r["reasons"]) for r in res) == sum(r["packets"] for r in res)
+            fallback = sum(r["reasons"][REASON_IDS["route_dead"]] for r in res) if mode == "noref" \
+                else sum(r["hold_fail"] for r in res)
         assert k >= 5
-        assert fallback > 0, f"{k} replacements, no dead-entry fallback observed"
+        assert fallback > 0, f"{k} replacements in {rounds} rounds, no dead-entry fallback observed"
         if mode == "refcount":
             # a refused reference fell back to the null entry: ICMP unreachable
             assert sum(r["reasons"][REASON_IDS["no_route"]] for r in res) >= fallback
