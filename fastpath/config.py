@@ -100,6 +100,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional, Union
 
+from .tables import _holds_strict
+
 __all__ = [
     "ConfigError", "State", "Interface", "Nexthop", "Seg6Local", "Seg6Encap", "Route", "Rule",
     "ActionDesc", "SEG6LOCAL_ACTIONS", "SEG6LOCAL_ATTRS", "SEG6LOCAL_FLAVORS",
@@ -981,6 +983,188 @@ def _parse_route(fam: Optional[int], toks: list) -> _RouteSpec:
 
 
 # ---------------------------------------------------------------------------
+_GONE = object()      # a key a transaction deleted
+
+
+def _v4_user_local(r) -> bool:
+    """A user's IPv4 local route (fib_has_custom_local_routes counts them)."""
+    return r.family == 4 and r.type == "local" and r.proto != "kernel"
+
+
+class RouteTable(dict):
+    """``State.routes``: a dict (key -> Route) that keeps, as it changes,
+    the indexes a change needs (so that no change walks every route): the
+    metrics of each (family, table, prefix), the IPv6 keys whose prefix
+    holds a strict-interface destination (in the dict's order), and the
+    number of user IPv4 local routes.
+
+    ``begin()`` starts a transaction: writes go to an overlay (reads see
+    them), ``commit()`` applies them to the dict in the order a plain dict
+    would have given (a re-inserted key moves to the end) and returns what
+    changed, ``rollback()`` drops them.  Only ``get``, ``[]``, ``in``,
+    assignment, ``del`` and ``prefix_routes`` may be used during one."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self._pfx = {}            # (family, table, prefix) -> tuple of metrics
+        self._strict = {}         # route keys holding strict destinations, dict order
+        self.v4_local_user = 0
+        self._tx = None           # key -> [route or _GONE, moved], in order
+        self._txpfx = None        # (family, table, prefix) -> metrics touched
+        for k, v in (items.items() if isinstance(items, dict) else items):
+            self._base_set(k, v)
+
+    def __reduce__(self):
+        return (RouteTable, (dict(self),))
+
+    def copy(self) -> "RouteTable":
+        if self._tx is not None:
+            raise RuntimeError("RouteTable.copy() during a transaction")
+        new = RouteTable()
+        dict.update(new, self)
+        new._pfx = dict(self._pfx)
+        new._strict = dict(self._strict)
+        new.v4_local_user = self.v4_local_user
+        return new
+
+    # -- the dict itself, indexes kept ------------------------------------
+    def _base_set(self, k, r):
+        old = dict.get(self, k)
+        dict.__setitem__(self, k, r)
+        if old is None:
+            p = k[:3]
+            ms = self._pfx.get(p)
+            self._pfx[p] = (k[3],) if ms is None else ms + (k[3],)
+            if k[0] == 6 and _holds_strict(k[2]):
+                self._strict[k] = None
+        elif _v4_user_local(old):
+            self.v4_local_user -= 1
+        if _v4_user_local(r):
+            self.v4_local_user += 1
+
+    def _base_del(self, k):
+        old = dict.pop(self, k)
+        p = k[:3]
+        ms = tuple(m for m in self._pfx[p] if m != k[3])
+        if ms:
+            self._pfx[p] = ms
+        else:
+            del self._pfx[p]
+        self._strict.pop(k, None)
+        if _v4_user_local(old):
+            self.v4_local_user -= 1
+
+    # -- reads and writes (through the overlay during a transaction) ---------
+    def get(self, k, default=None):
+        tx = self._tx
+        if tx is not None:
+            v = tx.get(k)
+            if v is not None:
+                return default if v[0] is _GONE else v[0]
+        return dict.get(self, k, default)
+
+    def __getitem__(self, k):
+        v = self.get(k, _GONE)
+        if v is _GONE:
+            raise KeyError(k)
+        return v
+
+    def __contains__(self, k):
+        return self.get(k, _GONE) is not _GONE
+
+    def __setitem__(self, k, r):
+        tx = self._tx
+        if tx is None:
+            self._base_set(k, r)
+            return
+        v = tx.get(k)
+        if v is None:
+            if dict.__contains__(self, k):
+                tx[k] = [r, False]
+            else:
+                tx[k] = [r, True]
+                self._txpfx.setdefault(k[:3], set()).add(k[3])
+        elif v[0] is _GONE:          # re-inserted: to the end, as a dict does
+            del tx[k]
+            tx[k] = [r, True]
+        else:
+            v[0] = r
+
+    def __delitem__(self, k):
+        tx = self._tx
+        if tx is None:
+            self._base_del(k)
+            return
+        if k not in self:
+            raise KeyError(k)
+        v = tx.get(k)
+        if v is None:
+            tx[k] = [_GONE, False]
+        else:
+            v[0] = _GONE
+
+    def pop(self, *a):
+        raise NotImplementedError("RouteTable: use del")
+
+    setdefault = update = clear = popitem = pop
+
+    def prefix_routes(self, family: int, table: int, prefix) -> list:
+        """The routes of one (family, table, prefix), any metric."""
+        p = (family, table, prefix)
+        ms = set(self._pfx.get(p, ()))
+        if self._tx is not None:
+            ms |= self._txpfx.get(p, set())
+        out = []
+        for m in ms:
+            r = self.get(p + (m,))
+            if r is not None:
+                out.append(r)
+        return out
+
+    def strict_keys(self) -> list:
+        """The IPv6 keys whose prefix holds an address rt6_need_strict() is
+        true of, in the dict's order."""
+        return list(self._strict)
+
+    # -- transactions -----------------------------------------------------------
+    def begin(self):
+        if self._tx is not None:
+            raise RuntimeError("RouteTable: a transaction is already open")
+        self._tx = {}
+        self._txpfx = {}
+
+    def pending(self) -> list:
+        """(key, route before, route after; None for none) of every key the
+        open transaction changes."""
+        out = []
+        for k, (v, _moved) in self._tx.items():
+            old = dict.get(self, k)
+            new = None if v is _GONE else v
+            if old is not new and old != new:
+                out.append((k, old, new))
+        return out
+
+    def commit(self) -> list:
+        """Apply the open transaction; returns ``pending()``."""
+        changed = self.pending()
+        tx, self._tx, self._txpfx = self._tx, None, None
+        for k, (v, moved) in tx.items():
+            if v is _GONE:
+                if dict.__contains__(self, k):
+                    self._base_del(k)
+            elif moved:
+                if dict.__contains__(self, k):
+                    self._base_del(k)
+                self._base_set(k, v)
+            elif dict.get(self, k) is not v:
+                self._base_set(k, v)
+        return changed
+
+    def rollback(self):
+        self._tx = None
+        self._txpfx = None
+
+
 class State:
     """The whole control-plane configuration (see the module doc).
 
@@ -994,7 +1178,7 @@ class State:
 
     def __init__(self):
         self.interfaces: dict = {}
-        self.routes: dict = {}
+        self.routes: RouteTable = RouteTable()
         self.rules: dict = _default_rules()
         self.neighbours: dict = {}
         self.sr_tunsrc: Optional[ipaddress.IPv6Address] = None
@@ -1023,7 +1207,7 @@ class State:
     def copy(self) -> "State":
         new = State.__new__(State)
         new.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
-        new.routes = dict(self.routes)
+        new.routes = self.routes.copy()
         new.rules = {f: list(v) for f, v in self.rules.items()}
         new.neighbours = dict(self.neighbours)
         new.sr_tunsrc = self.sr_tunsrc
@@ -1036,16 +1220,51 @@ class State:
         """A new State with every line of ``text`` applied; ConfigError on the
         first wrong line, and ``self`` never changes."""
         new = self.copy()
+        new._run(text)
+        return new
+
+    def _run(self, text: str):
         for lineno, line in _logical_lines(text):
             try:
                 toks = _split_line(line)
                 if toks:
-                    new._exec(toks)
+                    self._exec(toks)
             except ConfigError as e:
                 if e.line is None:
                     raise ConfigError(e.message, lineno, e.token) from None
                 raise
-        return new
+
+    # -- in place, as a transaction (Router.configure) ------------------------------
+    def begin(self):
+        """Start changing this State in place: the small tables (interfaces,
+        rules, neighbours, sysctls, keys) are copied, the routes get an
+        overlay (RouteTable.begin), so the cost is that of the change, not of
+        the routes.  Returns what ``rollback`` restores."""
+        saved = (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
+                 self.sysctls)
+        self.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
+        self.rules = {f: list(v) for f, v in self.rules.items()}
+        self.neighbours = dict(self.neighbours)
+        self.hmac_keys = dict(self.hmac_keys)
+        self.sysctls = dict(self.sysctls)
+        self.routes.begin()
+        return saved
+
+    def run(self, text: str):
+        """Apply lines inside ``begin``/``commit``: ConfigError (line-numbered)
+        on the first wrong one; the caller then calls ``rollback``."""
+        self._run(text)
+
+    def commit(self) -> list:
+        """End the transaction: (route key, before, after) of the routes it
+        changed (None: absent), see RouteTable.pending."""
+        return self.routes.commit()
+
+    def rollback(self, saved):
+        """Undo everything since ``begin`` (which returned ``saved``)."""
+        (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
+         self.sysctls) = saved
+        self.routes.rollback()
 
     def sysctl(self, name: str) -> int:
         """The value of a sysctl (dotted or slash form; ``net.ipv4.ip_forward``
@@ -1742,9 +1961,7 @@ class State:
 
     def _route_del(self, spec: _RouteSpec):
         fam, rtype, prefix, table = self._resolve_common(spec)
-        cands = sorted((r for k, r in self.routes.items()
-                        if k[0] == fam and k[1] == table and k[2] == prefix),
-                       key=lambda r: r.metric)
+        cands = sorted(self.routes.prefix_routes(fam, table, prefix), key=lambda r: r.metric)
         for r in cands:
             if spec.metric and r.metric != spec.metric:
                 continue
