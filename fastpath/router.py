@@ -89,7 +89,7 @@ class Router:
             raise
         st.commit()
         if ops is not None:
-            update_tables(self._tables, st, ops)
+            update_tables(self._tables, st, ops, prefixes)
         else:
             try:
                 compile_tables(st, self._tables)

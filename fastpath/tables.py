@@ -851,14 +851,20 @@ def plan_delta(t: Tables, state, prefixes) -> list:
     return ops
 
 
-def update_tables(t: Tables, state, ops: list) -> Tables:
+def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
     """Apply ``plan_delta``'s operations to ``t`` in place: the small tables
     (devices, addresses, neighbours, rules, seg6local parameters, strict
     rows) are rebuilt, the route entries, nexthop rows and LPM prefixes of
     the operations only.  As compile_tables: an installed entry is never
     rewritten (a changed route gets a new entry, the old one goes to
-    ``t.retired``) and a replaced prefix is overwritten in its LPM."""
+    ``t.retired``) and a replaced prefix is overwritten in its LPM.
+    ``prefixes``: those ``ops`` were planned for (None: unknown); when none
+    of them holds a strict-interface destination and no table appears, the
+    strict rows stay as they are."""
     _compile_small(t, state)
+    need_strict = (prefixes is None
+                   or any(k[0] == 6 and _holds_strict(k[2]) for k in prefixes)
+                   or any(op == "install" and k[:2] not in t.lpms for op, k, _r, _s in ops))
     retired, made, gone = [], [], []
     for op, k, r, sig in ops:
         cur = t.entries.get(k)
@@ -882,11 +888,13 @@ def update_tables(t: Tables, state, ops: list) -> Tables:
     # the strict-interface candidates: few (prefixes overlapping fe80::/10,
     # ff00::/8, ::1), found through the RouteTable's index, diffed as in
     # compile_tables
-    keys = state.routes.strict_keys() if hasattr(state.routes, "strict_keys") else None
-    strict = _strict_routes(state, lambda p: _best_of(state, p), keys)
-    new_strict = {}
+    new_strict = t.strict_entries
     schanged = []
-    for r, is_best in strict:
+    if need_strict:
+        keys = state.routes.strict_keys() if hasattr(state.routes, "strict_keys") else None
+        strict = _strict_routes(state, lambda p: _best_of(state, p), keys)
+        new_strict = {}
+    for r, is_best in (strict if need_strict else ()):
         if is_best:
             continue
         sig = _route_sig(r, state)
@@ -897,7 +905,8 @@ def update_tables(t: Tables, state, ops: list) -> Tables:
         else:
             new_strict[k] = _Entry(-1, r, sig)
             schanged.append(k)
-    sretired = [t.strict_entries[k] for k in t.strict_entries if k not in new_strict or k in schanged]
+    sretired = [t.strict_entries[k] for k in t.strict_entries
+                if k not in new_strict or k in schanged] if need_strict else []
     for e in sretired:
         t.dst_routes.pop(e.dst, None)
     made_entries = [e for _k, e in made] + [new_strict[k] for k in schanged]
@@ -908,8 +917,9 @@ def update_tables(t: Tables, state, ops: list) -> Tables:
     t.strict_entries = new_strict
     for e in made_entries:
         t.dst_routes[e.dst] = e.route
-    for e in new_strict.values():
-        t.dst_routes[e.dst] = e.route
+    if need_strict:
+        for e in new_strict.values():
+            t.dst_routes[e.dst] = e.route
     t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
     # --- LPMs: removed prefixes first, then the new entries
     for fam, table, net in gone:
@@ -926,6 +936,7 @@ def update_tables(t: Tables, state, ops: list) -> Tables:
         lpm.add(net, e.dst)
     t.throw_tables = {k for k, n in t.throw_count.items() if n}
     _compile_rules(t, state)
-    t.strict6 = _strict_rows(t, state, strict, t.entries, new_strict)
+    if need_strict:
+        t.strict6 = _strict_rows(t, state, strict, t.entries, new_strict)
     _seg6local_slots(t)
     return t
