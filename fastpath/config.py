@@ -1121,6 +1121,16 @@ class RouteTable(dict):
                 out.append(r)
         return out
 
+    def live_items(self) -> list:
+        """(key, route) of every route, the open transaction's writes
+        included (any order)."""
+        tx = self._tx
+        if tx is None:
+            return list(dict.items(self))
+        out = [(k, v) for k, v in dict.items(self) if k not in tx]
+        out += [(k, v[0]) for k, v in tx.items() if v[0] is not _GONE]
+        return out
+
     def strict_keys(self) -> list:
         """The IPv6 keys whose prefix holds an address rt6_need_strict() is
         true of, in the dict's order."""
@@ -1404,6 +1414,8 @@ class State:
         base = cmd.rsplit("/", 1)[-1]
         if base == "ip":
             self._ip(toks[1:])
+        elif cmd in self._BATCH_OBJECTS:   # an ``ip -batch`` line: no leading 'ip'
+            self._ip(toks)
         elif base == "sysctl":
             self._sysctl(toks[1:])
         else:
@@ -1414,6 +1426,10 @@ class State:
                    "tuntap", "tap", "token", "tcpmetrics", "tcp_metrics", "monitor", "xfrm",
                    "mroute", "mrule", "netns", "netconf", "vrf", "sr", "nexthop", "mptcp", "ioam",
                    "help", "stats")
+    # the objects an ``ip -batch`` file's lines may start with (whole words:
+    # an abbreviation could be another program's name)
+    _BATCH_OBJECTS = frozenset({"route", "address", "addr", "rule", "neighbor", "neighbour",
+                                "neigh", "link", "tuntap", "sr"})
     _IP_DISPLAY_OPTS = frozenset({"s", "stats", "statistics", "d", "details", "j", "json", "p",
                                   "pretty", "o", "oneline", "br", "brief", "c", "color", "colour",
                                   "h", "human", "human-readable", "iec", "N", "Numeric", "r",
@@ -1793,6 +1809,9 @@ class State:
         if sub is None:
             raise _err(f"unknown 'ip route' command '{tok}' (expected add, del, replace, "
                        "change, append)", tok)
+        if sub == "flush":
+            self._route_flush(fam, args[1:])
+            return
         if sub not in ("add", "change", "replace", "append", "delete"):
             raise _unsupported(f"ip route {sub}")
         spec = _parse_route(fam, args[1:])
@@ -1837,6 +1856,38 @@ class State:
                         raise _err(f"route {where} nexthop via {nh.gw}: RTNETLINK answers: "
                                    "File exists", str(nh.gw))
                 self.routes[key] = replace(cur, nexthops=cur.nexthops + r.nexthops)
+
+    def _route_flush(self, fam, args: list):
+        """``ip route flush [table T|all] [proto P]`` (iproute2: arguments
+        required; table main by default; without -6, IPv4 -- as
+        iproute_list_flush_or_save sets the family when a table filters):
+        every route of the family that matches goes, automatic ones too."""
+        if not args:
+            raise _err('"ip route flush" requires arguments.', "flush")
+        cur = _Cur(args)
+        table, proto, seen = RT_TABLE_MAIN, None, set()
+        while cur.more():
+            t = cur.take()
+            if t in seen:
+                raise _err(f"duplicate '{t}'", t)
+            seen.add(t)
+            if t in ("table", "tb"):
+                v = cur.arg("a table id")
+                table = None if v == "all" else (_table(v) or None)
+            elif t in ("proto", "protocol"):
+                p = cur.arg("a protocol")
+                if p in _PROTO_BY_NAME:
+                    proto = p
+                else:
+                    v = _int(p, t, 0, 255)
+                    proto = RT_PROTOS.get(v, str(v))
+            else:
+                raise _unsupported(f"ip route flush {t}", "only 'table' and 'proto' select "
+                                   "what a flush removes")
+        fam = fam or 4
+        for k, r in self.routes.live_items():
+            if k[0] == fam and (table is None or k[1] == table) and (proto is None or r.proto == proto):
+                del self.routes[k]
 
     def _resolve_common(self, spec: _RouteSpec):
         fam = spec.fam or 4

@@ -66,6 +66,9 @@ def route_line(rng, npfx, state=None):
             tb = "" if table == 254 else f" table {table}"
             metric = f" metric {m}"
     ipf = "-6" if fam == 6 else "-4"
+    if rng.random() < 0.02:
+        return rng.choice((f"ip {ipf} route flush{tb or ' table main'}", f"ip {ipf} route flush proto static",
+                           f"ip {ipf} route flush table 100 proto boot"))
     if op == "del":
         return f"ip {ipf} route del {p}{tb}{metric}"
     c = rng.random()
@@ -88,7 +91,11 @@ def route_line(rng, npfx, state=None):
     g, dev = gw(rng, fam)
     withdev = f" dev {dev}" if dev != "tun0" or rng.random() < 0.5 else ""
     mtu = " mtu 1400" if rng.random() < 0.05 else ""
-    return f"ip {ipf} route {op} {p}{tb}{metric} via {g}{withdev}{mtu}"
+    proto = " proto static" if rng.random() < 0.2 else ""
+    lead = "ip " if rng.random() < 0.9 else ""
+    if not lead:   # an ``ip -batch`` line (no options there: the family from the addresses)
+        return f"route {op} {p}{tb}{metric} via {g}{withdev}{mtu}{proto}"
+    return f"ip {ipf} route {op} {p}{tb}{metric} via {g}{withdev}{mtu}{proto}"
 
 
 def other_line(rng):
@@ -288,3 +295,30 @@ def test_incremental_matches_compile_tables_reference():
             pass
     ref = compile_tables(r.state)
     assert {k: e.sig for k, e in r._tables.entries.items()} == {k: e.sig for k, e in ref.entries.items()}
+
+
+def test_flush_and_batch_lines():
+    r = Router()
+    r.configure(BASE + "ip -6 route add 2400::/48 via 2001:db8:1::2 proto static\n"
+                "route add 2401::/48 via 2001:db8:1::2\n"          # an ip -batch line
+                "ip -6 route add 2402::/48 via 2001:db8:1::2 table 100\n"
+                "ip route add 10.9.0.0/16 via 10.0.1.2\n")
+    k = lambda fam, tb, p, m: (fam, tb, ipaddress.ip_network(p), m)
+    assert k(6, 254, "2401::/48", 1024) in r.state.routes
+    r.configure("ip -6 route flush proto static\n")
+    assert k(6, 254, "2400::/48", 1024) not in r.state.routes
+    assert k(6, 254, "2401::/48", 1024) in r.state.routes
+    r.configure("ip route flush table main\n")        # no -6: IPv4 (as iproute2), kernel routes too
+    assert not [x for x in r.state.routes if x[0] == 4 and x[1] == 254]
+    assert k(6, 254, "2401::/48", 1024) in r.state.routes
+    r.configure("ip -6 route flush table all proto boot\n")
+    assert k(6, 100, "2402::/48", 1024) not in r.state.routes
+    assert k(6, 254, "2001:db8:1::/64", 256) in r.state.routes     # proto kernel
+    check_same(r, random.Random(1), 100)
+    before = r.dump()
+    for bad, line in (("ip -6 route flush\n", 1), ("ip -6 route flush root 2400::/16\n", 1),
+                      ("ip -6 route flush table main\nroute add bogus\n", 2)):
+        with pytest.raises(ConfigError) as e:
+            r.configure(bad)
+        assert e.value.line == line
+        assert r.dump() == before
