@@ -468,10 +468,13 @@ def _split_line(s: str) -> list:
     return toks
 
 
-def _logical_lines(text: str) -> Iterator[tuple]:
-    """(first line number, text) per command, joining backslash continuations."""
+def _logical_lines(text) -> Iterator[tuple]:
+    """(first line number, text) per command, joining backslash continuations.
+    ``text``: a string, or an iterable of lines (an open text file: read as
+    it goes, never whole)."""
     buf, start = None, 0
-    for n, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines() if isinstance(text, str) else (ln.rstrip("\r\n") for ln in text)
+    for n, raw in enumerate(lines, start=1):
         line = raw
         if buf is None:
             start = n

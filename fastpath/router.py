@@ -43,9 +43,11 @@ class Router:
     # configuration
     @classmethod
     def from_file(cls, path, mode: str = "noref", use_stats: str = "lazy") -> "Router":
+        """A Router configured from a file, read line by line (the text is
+        never held whole; all or nothing as ``configure``)."""
         r = cls(mode=mode, use_stats=use_stats)
         with open(path, encoding="utf-8") as f:
-            r.configure(f.read())
+            r.configure(f)
         return r
 
     @classmethod
@@ -60,9 +62,10 @@ class Router:
         r.configure(import_text(netns, hmac_file, header=False))
         return r
 
-    def configure(self, text: str) -> "Router":
-        """Apply iproute2/sysctl lines (see README); raises ConfigError and
-        changes nothing if any line is wrong.
+    def configure(self, text) -> "Router":
+        """Apply iproute2/sysctl lines (see README): a string, or an iterable
+        of lines such as an open file; raises ConfigError and changes nothing
+        if any line is wrong.
 
         A delta, not a recompile: the lines run on the State in place, as a
         transaction (State.begin); the route keys they change give the

@@ -322,3 +322,22 @@ def test_flush_and_batch_lines():
             r.configure(bad)
         assert e.value.line == line
         assert r.dump() == before
+
+
+def test_from_file_streams_and_names_the_bad_line(tmp_path):
+    f = tmp_path / "feed.conf"
+    lines = BASE.splitlines() + [f"ip -6 route add 2400:{k:x}::/48 via 2001:db8:1::2" for k in range(500)]
+    f.write_text("\n".join(lines) + "\n")
+    r = Router.from_file(f)
+    assert r.dump() == Router().configure("\n".join(lines) + "\n").dump()
+    bad = lines[:300] + ["ip -6 route add 2400:zz::/48 via 2001:db8:1::2"] + lines[300:]
+    f.write_text("\n".join(bad) + "\n")
+    with pytest.raises(ConfigError) as e:
+        Router.from_file(f)
+    assert e.value.line == 301
+    r2 = Router()
+    r2.configure(BASE)
+    before = r2.dump()
+    with open(f) as fh, pytest.raises(ConfigError):
+        r2.configure(fh)
+    assert r2.dump() == before
