@@ -596,7 +596,10 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
         n = int(plen)
     else:
         n = maxlen
-    return a, n, ipaddress.ip_network((a, n), strict=False)
+    # (the family's class: ip_network would first try IPv4Network on an
+    # IPv6 address and format the error -- a third of a route line's parse)
+    return a, n, (ipaddress.IPv4Network if a.version == 4 else ipaddress.IPv6Network)(
+        (a, n), strict=False)
 
 
 def _parse_mac(tok: str) -> bytes:

@@ -11,6 +11,7 @@ that changed.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -373,6 +374,9 @@ def _best_routes(state):
     return best
 
 
+_addr_str = functools.lru_cache(maxsize=4096)(str)   # gateways repeat; addresses are immutable
+
+
 def _route_sig(r, state):
     """Everything of a route that its compiled entry depends on; only the
     live nexthops take part in the multipath hash."""
@@ -381,7 +385,7 @@ def _route_sig(r, state):
         if len(r.nexthops) > 1 and not _live(nh, state):
             continue
         dev = _nexthop_dev(nh, state)
-        nhs.append((str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
+        nhs.append((_addr_str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
                     state.interfaces[dev].ifindex if dev in state.interfaces else 0))
     return (r.type, r.metric, tuple(nhs), repr(r.encap), str(r.src) if r.src else None,
             r.mtu, r.hoplimit)
