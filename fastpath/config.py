@@ -1015,6 +1015,8 @@ class RouteTable(dict):
         self._pfx = {}            # (family, table, prefix) -> tuple of metrics
         self._strict = {}         # route keys holding strict destinations, dict order
         self.v4_local_user = 0
+        self._by_dev = {}         # device name -> keys of the routes with a nexthop on it
+        self._by_gw = {}          # gateway -> keys of the routes with it as a nexthop without dev
         self._tx = None           # key -> [route or _GONE, moved], in order
         self._txpfx = None        # (family, table, prefix) -> metrics touched
         for k, v in (items.items() if isinstance(items, dict) else items):
@@ -1031,12 +1033,37 @@ class RouteTable(dict):
         new._pfx = dict(self._pfx)
         new._strict = dict(self._strict)
         new.v4_local_user = self.v4_local_user
+        new._by_dev = {d: set(v) for d, v in self._by_dev.items()}
+        new._by_gw = {g: set(v) for g, v in self._by_gw.items()}
         return new
+
+    def _index_nexthops(self, k, r, add: bool):
+        for nh in r.nexthops:
+            if nh.dev is not None:
+                d, key = self._by_dev, nh.dev
+            elif nh.gw is not None:
+                d, key = self._by_gw, nh.gw
+            else:
+                continue
+            ks = d.get(key)
+            if add:
+                if ks is None:
+                    d[key] = {k}
+                else:
+                    ks.add(k)
+            elif ks is not None:
+                ks.discard(k)
+                if not ks:
+                    del d[key]
 
     # -- the dict itself, indexes kept ------------------------------------
     def _base_set(self, k, r):
         old = dict.get(self, k)
         dict.__setitem__(self, k, r)
+        if old is not None and old.nexthops:
+            self._index_nexthops(k, old, False)
+        if r.nexthops:
+            self._index_nexthops(k, r, True)
         if old is None:
             p = k[:3]
             ms = self._pfx.get(p)
@@ -1050,6 +1077,8 @@ class RouteTable(dict):
 
     def _base_del(self, k):
         old = dict.pop(self, k)
+        if old.nexthops:
+            self._index_nexthops(k, old, False)
         p = k[:3]
         ms = tuple(m for m in self._pfx[p] if m != k[3])
         if ms:
@@ -1136,6 +1165,16 @@ class RouteTable(dict):
         out = [(k, v) for k, v in dict.items(self) if k not in tx]
         out += [(k, v[0]) for k, v in tx.items() if v[0] is not _GONE]
         return out
+
+    def device_keys(self, dev: str) -> set:
+        """The keys of the routes with a nexthop on ``dev`` (the committed
+        dict: not the open transaction's writes)."""
+        return self._by_dev.get(dev, set())
+
+    def gateway_keys(self) -> dict:
+        """gateway -> the keys of the routes with a nexthop via it and no
+        dev (the committed dict)."""
+        return self._by_gw
 
     def strict_keys(self) -> list:
         """The IPv6 keys whose prefix holds an address rt6_need_strict() is

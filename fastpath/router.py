@@ -72,8 +72,11 @@ class Router:
         prefixes whose entries are planned (tables.plan_delta: checked, not
         yet applied), and only then is the State committed and the plan
         applied (tables.update_tables).  When devices, their state or their
-        addresses change, every route's entry may change: the tables are
-        then recompiled whole (tables.compile_tables, the reference)."""
+        addresses change, the routes through the devices that changed and
+        those whose gateway (without dev) now resolves differently are
+        planned too (RouteTable's device and gateway indexes).  The tables
+        are recompiled whole (tables.compile_tables, the reference) only when
+        an interface went away or changed its ifindex."""
         st = self.state
         env = _env(st)
         saved = st.begin()
@@ -81,18 +84,23 @@ class Router:
             st.run(text)
             changed = st.routes.pending()
             _check_changed_gateways(st, changed)
-            full = _env(st) != env
-            ops = None
-            if not full:
-                prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
-                ops = plan_delta(self._tables, st, prefixes)
+            prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
+            env_changed = _env(st) != env
+            full = False
+            if env_changed:
+                more = _env_affected(st, saved[0])
+                if more is None:
+                    full = True
+                else:
+                    prefixes.update(dict.fromkeys(more))
+            ops = None if full else plan_delta(self._tables, st, prefixes, env_changed)
             routes_before = dict(st.routes) if full else None
         except BaseException:
             st.rollback(saved)
             raise
         st.commit()
         if ops is not None:
-            update_tables(self._tables, st, ops, prefixes)
+            update_tables(self._tables, st, ops, None if env_changed else prefixes)
         else:
             try:
                 compile_tables(st, self._tables)
@@ -324,6 +332,30 @@ def _env(state) -> tuple:
     """What every route's compiled entry may depend on besides the route:
     the devices, their ifindexes, state and addresses."""
     return tuple((n, i.ifindex, i.up, tuple(i.addrs)) for n, i in state.interfaces.items())
+
+
+def _env_affected(state, old_interfaces):
+    """The (family, table, prefix) keys whose entries a change of devices
+    (state, addresses, new devices) may change, from the committed routes'
+    indexes (a route the open transaction writes is planned anyway); None
+    when an interface went away or changed its ifindex (then everything)."""
+    from types import SimpleNamespace
+
+    from .tables import _resolve_dev
+    for name, itf in old_interfaces.items():
+        new = state.interfaces.get(name)
+        if new is None or new.ifindex != itf.ifindex:
+            return None
+    keys = set()
+    for name, itf in state.interfaces.items():
+        old = old_interfaces.get(name)
+        if old is None or old.up != itf.up or old.addrs != itf.addrs:
+            keys |= state.routes.device_keys(name)
+    before = SimpleNamespace(interfaces=old_interfaces)
+    for gw, ks in state.routes.gateway_keys().items():
+        if _resolve_dev(before, gw) != _resolve_dev(state, gw):
+            keys |= ks
+    return {k[:3] for k in keys}
 
 
 def _check_changed_gateways(state, changed):

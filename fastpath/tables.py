@@ -823,7 +823,7 @@ def _best_of(state, key):
     return best
 
 
-def plan_delta(t: Tables, state, prefixes) -> list:
+def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> list:
     """The table operations that bring the entries of ``prefixes`` ((family,
     table, network) keys) in line with ``state``, checked but not applied:
     ("install", key, route, sig) -- a new entry (an installed one is
@@ -831,8 +831,9 @@ def plan_delta(t: Tables, state, prefixes) -> list:
     route object is the new one's (same signature), ("remove", key, None,
     None) -- the installed entry is retired and the prefix leaves its LPM.
     Raises ValueError (as compile_tables) and changes nothing.  Valid only
-    while nothing but routes changed since ``t`` was compiled (devices,
-    their state and addresses decide the signatures of the other routes)."""
+    for the prefixes that may have changed: with ``devices_changed``, those
+    of every route through a device (or gateway) whose state or addresses
+    changed -- an unchanged route's signature is then computed again."""
     ops = []
     for k in prefixes:
         r = _best_of(state, k)
@@ -841,7 +842,7 @@ def plan_delta(t: Tables, state, prefixes) -> list:
             if cur is not None:
                 ops.append(("remove", k, None, None))
             continue
-        if cur is not None and cur.route is r:
+        if cur is not None and cur.route is r and not devices_changed:
             continue
         sig = _route_sig(r, state)
         if cur is not None and cur.sig == sig:
