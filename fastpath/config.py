@@ -100,6 +100,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional, Union
 
+from .tables import _holds_strict
+
 __all__ = [
     "ConfigError", "State", "Interface", "Nexthop", "Seg6Local", "Seg6Encap", "Route", "Rule",
     "ActionDesc", "SEG6LOCAL_ACTIONS", "SEG6LOCAL_ATTRS", "SEG6LOCAL_FLAVORS",
@@ -466,10 +468,13 @@ def _split_line(s: str) -> list:
     return toks
 
 
-def _logical_lines(text: str) -> Iterator[tuple]:
-    """(first line number, text) per command, joining backslash continuations."""
+def _logical_lines(text) -> Iterator[tuple]:
+    """(first line number, text) per command, joining backslash continuations.
+    ``text``: a string, or an iterable of lines (an open text file: read as
+    it goes, never whole)."""
     buf, start = None, 0
-    for n, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines() if isinstance(text, str) else (ln.rstrip("\r\n") for ln in text)
+    for n, raw in enumerate(lines, start=1):
         line = raw
         if buf is None:
             start = n
@@ -591,7 +596,10 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
         n = int(plen)
     else:
         n = maxlen
-    return a, n, ipaddress.ip_network((a, n), strict=False)
+    # (the family's class: ip_network would first try IPv4Network on an
+    # IPv6 address and format the error -- a third of a route line's parse)
+    return a, n, (ipaddress.IPv4Network if a.version == 4 else ipaddress.IPv6Network)(
+        (a, n), strict=False)
 
 
 def _parse_mac(tok: str) -> bytes:
@@ -981,6 +989,237 @@ def _parse_route(fam: Optional[int], toks: list) -> _RouteSpec:
 
 
 # ---------------------------------------------------------------------------
+_GONE = object()      # a key a transaction deleted
+
+
+def _v4_user_local(r) -> bool:
+    """A user's IPv4 local route (fib_has_custom_local_routes counts them)."""
+    return r.family == 4 and r.type == "local" and r.proto != "kernel"
+
+
+class RouteTable(dict):
+    """``State.routes``: a dict (key -> Route) that keeps, as it changes,
+    the indexes a change needs (so that no change walks every route): the
+    metrics of each (family, table, prefix), the IPv6 keys whose prefix
+    holds a strict-interface destination (in the dict's order), and the
+    number of user IPv4 local routes.
+
+    ``begin()`` starts a transaction: writes go to an overlay (reads see
+    them), ``commit()`` applies them to the dict in the order a plain dict
+    would have given (a re-inserted key moves to the end) and returns what
+    changed, ``rollback()`` drops them.  Only ``get``, ``[]``, ``in``,
+    assignment, ``del`` and ``prefix_routes`` may be used during one."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self._pfx = {}            # (family, table, prefix) -> tuple of metrics
+        self._strict = {}         # route keys holding strict destinations, dict order
+        self.v4_local_user = 0
+        self._by_dev = {}         # device name -> keys of the routes with a nexthop on it
+        self._by_gw = {}          # gateway -> keys of the routes with it as a nexthop without dev
+        self._tx = None           # key -> [route or _GONE, moved], in order
+        self._txpfx = None        # (family, table, prefix) -> metrics touched
+        for k, v in (items.items() if isinstance(items, dict) else items):
+            self._base_set(k, v)
+
+    def __reduce__(self):
+        return (RouteTable, (dict(self),))
+
+    def copy(self) -> "RouteTable":
+        if self._tx is not None:
+            raise RuntimeError("RouteTable.copy() during a transaction")
+        new = RouteTable()
+        dict.update(new, self)
+        new._pfx = dict(self._pfx)
+        new._strict = dict(self._strict)
+        new.v4_local_user = self.v4_local_user
+        new._by_dev = {d: set(v) for d, v in self._by_dev.items()}
+        new._by_gw = {g: set(v) for g, v in self._by_gw.items()}
+        return new
+
+    def _index_nexthops(self, k, r, add: bool):
+        for nh in r.nexthops:
+            if nh.dev is not None:
+                d, key = self._by_dev, nh.dev
+            elif nh.gw is not None:
+                d, key = self._by_gw, nh.gw
+            else:
+                continue
+            ks = d.get(key)
+            if add:
+                if ks is None:
+                    d[key] = {k}
+                else:
+                    ks.add(k)
+            elif ks is not None:
+                ks.discard(k)
+                if not ks:
+                    del d[key]
+
+    # -- the dict itself, indexes kept ------------------------------------
+    def _base_set(self, k, r):
+        old = dict.get(self, k)
+        dict.__setitem__(self, k, r)
+        if old is not None and old.nexthops:
+            self._index_nexthops(k, old, False)
+        if r.nexthops:
+            self._index_nexthops(k, r, True)
+        if old is None:
+            p = k[:3]
+            ms = self._pfx.get(p)
+            self._pfx[p] = (k[3],) if ms is None else ms + (k[3],)
+            if k[0] == 6 and _holds_strict(k[2]):
+                self._strict[k] = None
+        elif _v4_user_local(old):
+            self.v4_local_user -= 1
+        if _v4_user_local(r):
+            self.v4_local_user += 1
+
+    def _base_del(self, k):
+        old = dict.pop(self, k)
+        if old.nexthops:
+            self._index_nexthops(k, old, False)
+        p = k[:3]
+        ms = tuple(m for m in self._pfx[p] if m != k[3])
+        if ms:
+            self._pfx[p] = ms
+        else:
+            del self._pfx[p]
+        self._strict.pop(k, None)
+        if _v4_user_local(old):
+            self.v4_local_user -= 1
+
+    # -- reads and writes (through the overlay during a transaction) ---------
+    def get(self, k, default=None):
+        tx = self._tx
+        if tx is not None:
+            v = tx.get(k)
+            if v is not None:
+                return default if v[0] is _GONE else v[0]
+        return dict.get(self, k, default)
+
+    def __getitem__(self, k):
+        v = self.get(k, _GONE)
+        if v is _GONE:
+            raise KeyError(k)
+        return v
+
+    def __contains__(self, k):
+        return self.get(k, _GONE) is not _GONE
+
+    def __setitem__(self, k, r):
+        tx = self._tx
+        if tx is None:
+            self._base_set(k, r)
+            return
+        v = tx.get(k)
+        if v is None:
+            if dict.__contains__(self, k):
+                tx[k] = [r, False]
+            else:
+                tx[k] = [r, True]
+                self._txpfx.setdefault(k[:3], set()).add(k[3])
+        elif v[0] is _GONE:          # re-inserted: to the end, as a dict does
+            del tx[k]
+            tx[k] = [r, True]
+        else:
+            v[0] = r
+
+    def __delitem__(self, k):
+        tx = self._tx
+        if tx is None:
+            self._base_del(k)
+            return
+        if k not in self:
+            raise KeyError(k)
+        v = tx.get(k)
+        if v is None:
+            tx[k] = [_GONE, False]
+        else:
+            v[0] = _GONE
+
+    def pop(self, *a):
+        raise NotImplementedError("RouteTable: use del")
+
+    setdefault = update = clear = popitem = pop
+
+    def prefix_routes(self, family: int, table: int, prefix) -> list:
+        """The routes of one (family, table, prefix), any metric."""
+        p = (family, table, prefix)
+        ms = set(self._pfx.get(p, ()))
+        if self._tx is not None:
+            ms |= self._txpfx.get(p, set())
+        out = []
+        for m in ms:
+            r = self.get(p + (m,))
+            if r is not None:
+                out.append(r)
+        return out
+
+    def live_items(self) -> list:
+        """(key, route) of every route, the open transaction's writes
+        included (any order)."""
+        tx = self._tx
+        if tx is None:
+            return list(dict.items(self))
+        out = [(k, v) for k, v in dict.items(self) if k not in tx]
+        out += [(k, v[0]) for k, v in tx.items() if v[0] is not _GONE]
+        return out
+
+    def device_keys(self, dev: str) -> set:
+        """The keys of the routes with a nexthop on ``dev`` (the committed
+        dict: not the open transaction's writes)."""
+        return self._by_dev.get(dev, set())
+
+    def gateway_keys(self) -> dict:
+        """gateway -> the keys of the routes with a nexthop via it and no
+        dev (the committed dict)."""
+        return self._by_gw
+
+    def strict_keys(self) -> list:
+        """The IPv6 keys whose prefix holds an address rt6_need_strict() is
+        true of, in the dict's order."""
+        return list(self._strict)
+
+    # -- transactions -----------------------------------------------------------
+    def begin(self):
+        if self._tx is not None:
+            raise RuntimeError("RouteTable: a transaction is already open")
+        self._tx = {}
+        self._txpfx = {}
+
+    def pending(self) -> list:
+        """(key, route before, route after; None for none) of every key the
+        open transaction changes."""
+        out = []
+        for k, (v, _moved) in self._tx.items():
+            old = dict.get(self, k)
+            new = None if v is _GONE else v
+            if old is not new and old != new:
+                out.append((k, old, new))
+        return out
+
+    def commit(self) -> list:
+        """Apply the open transaction; returns ``pending()``."""
+        changed = self.pending()
+        tx, self._tx, self._txpfx = self._tx, None, None
+        for k, (v, moved) in tx.items():
+            if v is _GONE:
+                if dict.__contains__(self, k):
+                    self._base_del(k)
+            elif moved:
+                if dict.__contains__(self, k):
+                    self._base_del(k)
+                self._base_set(k, v)
+            elif dict.get(self, k) is not v:
+                self._base_set(k, v)
+        return changed
+
+    def rollback(self):
+        self._tx = None
+        self._txpfx = None
+
+
 class State:
     """The whole control-plane configuration (see the module doc).
 
@@ -994,7 +1233,7 @@ class State:
 
     def __init__(self):
         self.interfaces: dict = {}
-        self.routes: dict = {}
+        self.routes: RouteTable = RouteTable()
         self.rules: dict = _default_rules()
         self.neighbours: dict = {}
         self.sr_tunsrc: Optional[ipaddress.IPv6Address] = None
@@ -1023,7 +1262,7 @@ class State:
     def copy(self) -> "State":
         new = State.__new__(State)
         new.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
-        new.routes = dict(self.routes)
+        new.routes = self.routes.copy()
         new.rules = {f: list(v) for f, v in self.rules.items()}
         new.neighbours = dict(self.neighbours)
         new.sr_tunsrc = self.sr_tunsrc
@@ -1036,16 +1275,51 @@ class State:
         """A new State with every line of ``text`` applied; ConfigError on the
         first wrong line, and ``self`` never changes."""
         new = self.copy()
+        new._run(text)
+        return new
+
+    def _run(self, text: str):
         for lineno, line in _logical_lines(text):
             try:
                 toks = _split_line(line)
                 if toks:
-                    new._exec(toks)
+                    self._exec(toks)
             except ConfigError as e:
                 if e.line is None:
                     raise ConfigError(e.message, lineno, e.token) from None
                 raise
-        return new
+
+    # -- in place, as a transaction (Router.configure) ------------------------------
+    def begin(self):
+        """Start changing this State in place: the small tables (interfaces,
+        rules, neighbours, sysctls, keys) are copied, the routes get an
+        overlay (RouteTable.begin), so the cost is that of the change, not of
+        the routes.  Returns what ``rollback`` restores."""
+        saved = (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
+                 self.sysctls)
+        self.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
+        self.rules = {f: list(v) for f, v in self.rules.items()}
+        self.neighbours = dict(self.neighbours)
+        self.hmac_keys = dict(self.hmac_keys)
+        self.sysctls = dict(self.sysctls)
+        self.routes.begin()
+        return saved
+
+    def run(self, text: str):
+        """Apply lines inside ``begin``/``commit``: ConfigError (line-numbered)
+        on the first wrong one; the caller then calls ``rollback``."""
+        self._run(text)
+
+    def commit(self) -> list:
+        """End the transaction: (route key, before, after) of the routes it
+        changed (None: absent), see RouteTable.pending."""
+        return self.routes.commit()
+
+    def rollback(self, saved):
+        """Undo everything since ``begin`` (which returned ``saved``)."""
+        (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
+         self.sysctls) = saved
+        self.routes.rollback()
 
     def sysctl(self, name: str) -> int:
         """The value of a sysctl (dotted or slash form; ``net.ipv4.ip_forward``
@@ -1185,6 +1459,8 @@ class State:
         base = cmd.rsplit("/", 1)[-1]
         if base == "ip":
             self._ip(toks[1:])
+        elif cmd in self._BATCH_OBJECTS:   # an ``ip -batch`` line: no leading 'ip'
+            self._ip(toks)
         elif base == "sysctl":
             self._sysctl(toks[1:])
         else:
@@ -1195,6 +1471,10 @@ class State:
                    "tuntap", "tap", "token", "tcpmetrics", "tcp_metrics", "monitor", "xfrm",
                    "mroute", "mrule", "netns", "netconf", "vrf", "sr", "nexthop", "mptcp", "ioam",
                    "help", "stats")
+    # the objects an ``ip -batch`` file's lines may start with (whole words:
+    # an abbreviation could be another program's name)
+    _BATCH_OBJECTS = frozenset({"route", "address", "addr", "rule", "neighbor", "neighbour",
+                                "neigh", "link", "tuntap", "sr"})
     _IP_DISPLAY_OPTS = frozenset({"s", "stats", "statistics", "d", "details", "j", "json", "p",
                                   "pretty", "o", "oneline", "br", "brief", "c", "color", "colour",
                                   "h", "human", "human-readable", "iec", "N", "Numeric", "r",
@@ -1574,6 +1854,9 @@ class State:
         if sub is None:
             raise _err(f"unknown 'ip route' command '{tok}' (expected add, del, replace, "
                        "change, append)", tok)
+        if sub == "flush":
+            self._route_flush(fam, args[1:])
+            return
         if sub not in ("add", "change", "replace", "append", "delete"):
             raise _unsupported(f"ip route {sub}")
         spec = _parse_route(fam, args[1:])
@@ -1618,6 +1901,38 @@ class State:
                         raise _err(f"route {where} nexthop via {nh.gw}: RTNETLINK answers: "
                                    "File exists", str(nh.gw))
                 self.routes[key] = replace(cur, nexthops=cur.nexthops + r.nexthops)
+
+    def _route_flush(self, fam, args: list):
+        """``ip route flush [table T|all] [proto P]`` (iproute2: arguments
+        required; table main by default; without -6, IPv4 -- as
+        iproute_list_flush_or_save sets the family when a table filters):
+        every route of the family that matches goes, automatic ones too."""
+        if not args:
+            raise _err('"ip route flush" requires arguments.', "flush")
+        cur = _Cur(args)
+        table, proto, seen = RT_TABLE_MAIN, None, set()
+        while cur.more():
+            t = cur.take()
+            if t in seen:
+                raise _err(f"duplicate '{t}'", t)
+            seen.add(t)
+            if t in ("table", "tb"):
+                v = cur.arg("a table id")
+                table = None if v == "all" else (_table(v) or None)
+            elif t in ("proto", "protocol"):
+                p = cur.arg("a protocol")
+                if p in _PROTO_BY_NAME:
+                    proto = p
+                else:
+                    v = _int(p, t, 0, 255)
+                    proto = RT_PROTOS.get(v, str(v))
+            else:
+                raise _unsupported(f"ip route flush {t}", "only 'table' and 'proto' select "
+                                   "what a flush removes")
+        fam = fam or 4
+        for k, r in self.routes.live_items():
+            if k[0] == fam and (table is None or k[1] == table) and (proto is None or r.proto == proto):
+                del self.routes[k]
 
     def _resolve_common(self, spec: _RouteSpec):
         fam = spec.fam or 4
@@ -1742,9 +2057,7 @@ class State:
 
     def _route_del(self, spec: _RouteSpec):
         fam, rtype, prefix, table = self._resolve_common(spec)
-        cands = sorted((r for k, r in self.routes.items()
-                        if k[0] == fam and k[1] == table and k[2] == prefix),
-                       key=lambda r: r.metric)
+        cands = sorted(self.routes.prefix_routes(fam, table, prefix), key=lambda r: r.metric)
         for r in cands:
             if spec.metric and r.metric != spec.metric:
                 continue

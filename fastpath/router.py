@@ -17,7 +17,7 @@ from . import _datapath
 from .batch import LINKTYPES, Batch
 from .config import ConfigError, State
 from .reasons import REASON_IDS, REASON_NAMES
-from .tables import RESERVED_DSTS, RTN_NAMES, _raw, compile_tables
+from .tables import RESERVED_DSTS, RTN_NAMES, _raw, compile_tables, plan_delta, update_tables
 
 MODES = ("noref", "refcount")
 USE_STATS = ("lazy", "shared")
@@ -43,9 +43,11 @@ class Router:
     # configuration
     @classmethod
     def from_file(cls, path, mode: str = "noref", use_stats: str = "lazy") -> "Router":
+        """A Router configured from a file, read line by line (the text is
+        never held whole; all or nothing as ``configure``)."""
         r = cls(mode=mode, use_stats=use_stats)
         with open(path, encoding="utf-8") as f:
-            r.configure(f.read())
+            r.configure(f)
         return r
 
     @classmethod
@@ -60,15 +62,56 @@ class Router:
         r.configure(import_text(netns, hmac_file, header=False))
         return r
 
-    def configure(self, text: str) -> "Router":
-        """Apply iproute2/sysctl lines (see README); raises ConfigError and
-        changes nothing if any line is wrong."""
-        new = self.state.apply(text)
-        _check_gateways(new, self.state)
-        # compile into a fresh set of tables first, so a failure leaves the
-        # running tables untouched; then swap
-        self._tables = compile_tables(new, self._tables)
-        self.state = new
+    def configure(self, text) -> "Router":
+        """Apply iproute2/sysctl lines (see README): a string, or an iterable
+        of lines such as an open file; raises ConfigError and changes nothing
+        if any line is wrong.
+
+        A delta, not a recompile: the lines run on the State in place, as a
+        transaction (State.begin); the route keys they change give the
+        prefixes whose entries are planned (tables.plan_delta: checked, not
+        yet applied), and only then is the State committed and the plan
+        applied (tables.update_tables).  When devices, their state or their
+        addresses change, the routes through the devices that changed and
+        those whose gateway (without dev) now resolves differently are
+        planned too (RouteTable's device and gateway indexes).  The tables
+        are recompiled whole (tables.compile_tables, the reference) only when
+        an interface went away or changed its ifindex."""
+        st = self.state
+        env = _env(st)
+        saved = st.begin()
+        try:
+            st.run(text)
+            changed = st.routes.pending()
+            _check_changed_gateways(st, changed)
+            prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
+            env_changed = _env(st) != env
+            full = False
+            if env_changed:
+                more = _env_affected(st, saved[0])
+                if more is None:
+                    full = True
+                else:
+                    prefixes.update(dict.fromkeys(more))
+            ops = None if full else plan_delta(self._tables, st, prefixes, env_changed)
+            routes_before = dict(st.routes) if full else None
+        except BaseException:
+            st.rollback(saved)
+            raise
+        st.commit()
+        if ops is not None:
+            update_tables(self._tables, st, ops, None if env_changed else prefixes)
+        else:
+            try:
+                compile_tables(st, self._tables)
+            except BaseException:
+                # (before any route entry changed) back to the state before
+                from .config import RouteTable
+                (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
+                 st.sysctls) = saved
+                st.routes = RouteTable(routes_before)
+                compile_tables(st, self._tables)
+                raise
         self._load()
         self._reclaim()
         return self
@@ -241,6 +284,9 @@ def _v4_custom(state) -> bool:
     if rules != [(0, 255, "lookup", None, None, None), (32766, 254, "lookup", None, None, None),
                  (32767, 253, "lookup", None, None, None)]:
         return True
+    n = getattr(state.routes, "v4_local_user", None)
+    if n is not None:
+        return n > 0
     return any(r.family == 4 and r.type == "local" and r.proto != "kernel"
                for r in state.routes.values())
 
@@ -280,6 +326,49 @@ def ip_fragment(pkt: bytes, mtu: int) -> list:
         ptr += n
         offset += n
     return out
+
+
+def _env(state) -> tuple:
+    """What every route's compiled entry may depend on besides the route:
+    the devices, their ifindexes, state and addresses."""
+    return tuple((n, i.ifindex, i.up, tuple(i.addrs)) for n, i in state.interfaces.items())
+
+
+def _env_affected(state, old_interfaces):
+    """The (family, table, prefix) keys whose entries a change of devices
+    (state, addresses, new devices) may change, from the committed routes'
+    indexes (a route the open transaction writes is planned anyway); None
+    when an interface went away or changed its ifindex (then everything)."""
+    from types import SimpleNamespace
+
+    from .tables import _resolve_dev
+    for name, itf in old_interfaces.items():
+        new = state.interfaces.get(name)
+        if new is None or new.ifindex != itf.ifindex:
+            return None
+    keys = set()
+    for name, itf in state.interfaces.items():
+        old = old_interfaces.get(name)
+        if old is None or old.up != itf.up or old.addrs != itf.addrs:
+            keys |= state.routes.device_keys(name)
+    before = SimpleNamespace(interfaces=old_interfaces)
+    for gw, ks in state.routes.gateway_keys().items():
+        if _resolve_dev(before, gw) != _resolve_dev(state, gw):
+            keys |= ks
+    return {k[:3] for k in keys}
+
+
+def _check_changed_gateways(state, changed):
+    """_check_gateways for the (key, before, after) routes a transaction
+    changes."""
+    from .tables import _resolve_dev
+    for _key, _old, r in changed:
+        if r is None:
+            continue
+        for nh in r.nexthops:
+            if nh.gw is not None and nh.dev is None and _resolve_dev(state, nh.gw) is None:
+                raise ConfigError(f"route {r.prefix}: gateway {nh.gw} is not reachable from any "
+                                  "interface (Nexthop has invalid gateway)")
 
 
 def _check_gateways(state, old=None):

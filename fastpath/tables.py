@@ -11,6 +11,7 @@ that changed.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -196,6 +197,7 @@ class Tables:
     # handful of rows (and adjacencies) in cache, not one line per route.
     nh_shared: dict = field(default_factory=dict)
     throw_tables: set = field(default_factory=set)   # (family, table) holding throw routes
+    throw_count: dict = field(default_factory=dict)  # (family, table) -> throw entries
     s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
     s6l_pool: _Pool = None
     blob: bytearray = None
@@ -372,6 +374,9 @@ def _best_routes(state):
     return best
 
 
+_addr_str = functools.lru_cache(maxsize=4096)(str)   # gateways repeat; addresses are immutable
+
+
 def _route_sig(r, state):
     """Everything of a route that its compiled entry depends on; only the
     live nexthops take part in the multipath hash."""
@@ -380,7 +385,7 @@ def _route_sig(r, state):
         if len(r.nexthops) > 1 and not _live(nh, state):
             continue
         dev = _nexthop_dev(nh, state)
-        nhs.append((str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
+        nhs.append((_addr_str(nh.gw) if nh.gw is not None else None, dev, nh.weight,
                     state.interfaces[dev].ifindex if dev in state.interfaces else 0))
     return (r.type, r.metric, tuple(nhs), repr(r.encap), str(r.src) if r.src else None,
             r.mtu, r.hoplimit)
@@ -401,10 +406,8 @@ def _fast_words(d: np.ndarray) -> np.ndarray:
     return np.where(plain, d["nh_first"].astype(np.uint32) + 1, 0).astype(np.uint32)
 
 
-def compile_tables(state, old: Tables | None = None) -> Tables:
-    """Build (or update ``old`` into) the tables for ``state``.  Raises
-    ValueError for a route whose gateway no interface reaches."""
-    t = old if old is not None else Tables()
+def _compile_small(t: Tables, state) -> None:
+    """The small tables, rebuilt whole: devices, local addresses, neighbours."""
     # --- devices -------------------------------------------------------
     maxidx = max(i.ifindex for i in state.interfaces.values())
     devs = np.zeros(maxidx + 1, dtype=DEV_DTYPE)
@@ -463,6 +466,14 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         neighs[k]["family"] = addr.version
         neighs[k]["mac"] = np.frombuffer(mac, dtype=np.uint8)
     t.neighs = neighs
+
+
+def compile_tables(state, old: Tables | None = None) -> Tables:
+    """Build (or update ``old`` into) the tables for ``state``, walking every
+    route (the reference ``update_tables`` is tested against).  Raises
+    ValueError for a route whose gateway no interface reaches."""
+    t = old if old is not None else Tables()
+    _compile_small(t, state)
     # --- routes: diff the best route per prefix against what is installed.
     # An entry is never rewritten while installed: a changed route gets a
     # new entry and the old one is retired (workers may still be reading it
@@ -470,10 +481,12 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
     best = _best_routes(state)
     new_entries = {}
     changed = []
-    t.throw_tables = set()
+    t.throw_count = {}
     for k, r in best.items():
         if r.type == "throw":
-            t.throw_tables.add(k[:2])
+            t.throw_count[k[:2]] = t.throw_count.get(k[:2], 0) + 1
+    t.throw_tables = set(t.throw_count)
+    for k, r in best.items():
         sig = _route_sig(r, state)
         cur = t.entries.get(k)
         if cur is not None and cur.sig == sig:
@@ -487,7 +500,7 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         changed.append(k)
     retired = [t.entries[k] for k in t.entries if k not in new_entries or k in changed]
     # the routes only a strict-interface lookup returns get entries of their own
-    strict = _strict_routes(state, best)
+    strict = _strict_routes(state, best.get)
     new_strict = {}
     schanged = []
     for r, is_best in strict:
@@ -529,7 +542,14 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         if lpm is None:
             lpm = t.lpms[(fam, table)] = Lpm(fam)
         lpm.add(net, new_entries[k].dst)
-    # --- rules ------------------------------------------------------------
+    _compile_rules(t, state)
+    t.strict6 = _strict_rows(t, state, strict, new_entries, new_strict)
+    _seg6local_slots(t)
+    return t
+
+
+def _compile_rules(t: Tables, state) -> None:
+    """The policy rules of both families (with the LPM slots of their tables)."""
     for fam in (6, 4):
         tables_used = sorted({tb for (f, tb) in t.lpms if f == fam})
         t.slots[fam] = tables_used
@@ -551,9 +571,6 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
                 arr[k]["has_iif"] = 1
                 arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
         t.rules[fam] = arr
-    t.strict6 = _strict_rows(t, state, strict, new_entries, new_strict)
-    _seg6local_slots(t)
-    return t
 
 
 def _install(t: Tables, e: _Entry) -> None:
@@ -599,14 +616,19 @@ def _holds_strict(net) -> bool:
     return False
 
 
-def _strict_routes(state, best) -> list:
+def _strict_routes(state, best_get, cand_keys=None) -> list:
     """The IPv6 routes a strict-interface lookup may return, as (route, is
     the best route of its prefix), in the kernel's order within a prefix:
     by metric, then as inserted.  Besides the configured routes: the
     automatic routes of a second device for a key a first one holds (the
     same link-local address or prefix on two interfaces: the kernel keeps
-    both, the configuration one per key)."""
-    cand = [r for k, r in state.routes.items() if k[0] == 6 and _holds_strict(k[2])]
+    both, the configuration one per key).  ``best_get``: (family, table,
+    prefix) -> its best route; ``cand_keys``: the route keys to consider
+    (None: every key of ``state.routes``)."""
+    if cand_keys is None:
+        cand = [r for k, r in state.routes.items() if k[0] == 6 and _holds_strict(k[2])]
+    else:
+        cand = [state.routes[k] for k in cand_keys]
     for itf in state.interfaces.values():
         for k, r in state._auto_for(itf).items():
             cur = state.routes.get(k)
@@ -616,7 +638,7 @@ def _strict_routes(state, best) -> list:
     out = []
     for r in cand:
         if r.type in _STRICT_TYPES and _usable(r, state):
-            out.append((r, best.get((6, r.table, r.prefix)) is r))
+            out.append((r, best_get((6, r.table, r.prefix)) is r))
     return out
 
 
@@ -786,3 +808,140 @@ def _seg6local_slots(t: Tables) -> None:
         s6l[k]["slot4"] = slot4.get(table, -1) if table is not None else -1
     t.s6l = s6l
     t.srh_blob = np.frombuffer(bytes(t.blob), dtype=np.uint8).copy()
+
+
+# ---------------------------------------------------------------------------
+# Deltas: a configure that changes routes updates only their prefixes.
+
+def _best_of(state, key):
+    """The best usable route of one (family, table, prefix), or None (as
+    _best_routes, from the prefix's own routes only)."""
+    best = None
+    for r in state.routes.prefix_routes(*key):
+        if _usable(r, state) and (best is None or r.metric < best.metric):
+            best = r
+    return best
+
+
+def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> list:
+    """The table operations that bring the entries of ``prefixes`` ((family,
+    table, network) keys) in line with ``state``, checked but not applied:
+    ("install", key, route, sig) -- a new entry (an installed one is
+    retired), ("keep", key, route, sig) -- the installed entry stays, its
+    route object is the new one's (same signature), ("remove", key, None,
+    None) -- the installed entry is retired and the prefix leaves its LPM.
+    Raises ValueError (as compile_tables) and changes nothing.  Valid only
+    for the prefixes that may have changed: with ``devices_changed``, those
+    of every route through a device (or gateway) whose state or addresses
+    changed -- an unchanged route's signature is then computed again."""
+    ops = []
+    for k in prefixes:
+        r = _best_of(state, k)
+        cur = t.entries.get(k)
+        if r is None:
+            if cur is not None:
+                ops.append(("remove", k, None, None))
+            continue
+        if cur is not None and cur.route is r and not devices_changed:
+            continue
+        sig = _route_sig(r, state)
+        if cur is not None and cur.sig == sig:
+            ops.append(("keep", k, r, sig))
+            continue
+        for (gw, _dev, _weight, ifidx) in sig[2]:
+            if r.type == "unicast" and not ifidx:
+                raise ValueError(f"route {r.prefix}: gateway {gw} is not reachable from any interface"
+                                 " (RTNETLINK answers: Network is unreachable)")
+        ops.append(("install", k, r, sig))
+    return ops
+
+
+def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
+    """Apply ``plan_delta``'s operations to ``t`` in place: the small tables
+    (devices, addresses, neighbours, rules, seg6local parameters, strict
+    rows) are rebuilt, the route entries, nexthop rows and LPM prefixes of
+    the operations only.  As compile_tables: an installed entry is never
+    rewritten (a changed route gets a new entry, the old one goes to
+    ``t.retired``) and a replaced prefix is overwritten in its LPM.
+    ``prefixes``: those ``ops`` were planned for (None: unknown); when none
+    of them holds a strict-interface destination and no table appears, the
+    strict rows stay as they are."""
+    _compile_small(t, state)
+    need_strict = (prefixes is None
+                   or any(k[0] == 6 and _holds_strict(k[2]) for k in prefixes)
+                   or any(op == "install" and k[:2] not in t.lpms for op, k, _r, _s in ops))
+    retired, made, gone = [], [], []
+    for op, k, r, sig in ops:
+        cur = t.entries.get(k)
+        if op == "keep":
+            t.entries[k] = _Entry(cur.dst, r, cur.sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+            t.dst_routes[cur.dst] = r
+            continue
+        if cur is not None:
+            retired.append(cur)
+            del t.entries[k]
+            t.dst_routes.pop(cur.dst, None)
+            if cur.route.type == "throw":
+                t.throw_count[k[:2]] -= 1
+        if op == "install":
+            e = t.entries[k] = _Entry(-1, r, sig)
+            made.append((k, e))
+            if r.type == "throw":
+                t.throw_count[k[:2]] = t.throw_count.get(k[:2], 0) + 1
+        else:
+            gone.append(k)
+    # the strict-interface candidates: few (prefixes overlapping fe80::/10,
+    # ff00::/8, ::1), found through the RouteTable's index, diffed as in
+    # compile_tables
+    new_strict = t.strict_entries
+    schanged = []
+    if need_strict:
+        keys = state.routes.strict_keys() if hasattr(state.routes, "strict_keys") else None
+        strict = _strict_routes(state, lambda p: _best_of(state, p), keys)
+        new_strict = {}
+    for r, is_best in (strict if need_strict else ()):
+        if is_best:
+            continue
+        sig = _route_sig(r, state)
+        k = (r.family, r.table, r.prefix, r.metric, r.dev)
+        cur = t.strict_entries.get(k)
+        if cur is not None and cur.sig == sig:
+            new_strict[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+        else:
+            new_strict[k] = _Entry(-1, r, sig)
+            schanged.append(k)
+    sretired = [t.strict_entries[k] for k in t.strict_entries
+                if k not in new_strict or k in schanged] if need_strict else []
+    for e in sretired:
+        t.dst_routes.pop(e.dst, None)
+    made_entries = [e for _k, e in made] + [new_strict[k] for k in schanged]
+    for e in made_entries:
+        _install(t, e)
+    retired += sretired
+    t.retired.extend(retired)
+    t.strict_entries = new_strict
+    for e in made_entries:
+        t.dst_routes[e.dst] = e.route
+    if need_strict:
+        for e in new_strict.values():
+            t.dst_routes[e.dst] = e.route
+    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
+    # --- LPMs: removed prefixes first, then the new entries
+    for fam, table, net in gone:
+        lpm = t.lpms.get((fam, table))
+        if lpm is not None:
+            lpm.delete(net)
+    _compile_seg6local(t, state, made_entries)
+    idx = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
+    t.dfast[idx] = _fast_words(t.dsts[idx])
+    for (fam, table, net), e in made:
+        lpm = t.lpms.get((fam, table))
+        if lpm is None:
+            lpm = t.lpms[(fam, table)] = Lpm(fam)
+        lpm.add(net, e.dst)
+    t.throw_tables = {k for k, n in t.throw_count.items() if n}
+    _compile_rules(t, state)
+    if need_strict:
+        t.strict6 = _strict_rows(t, state, strict, t.entries, new_strict)
+    _seg6local_slots(t)
+    return t

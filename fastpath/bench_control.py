@@ -1,0 +1,253 @@
+"""``python -m fastpath.bench_control``: the control plane's rates.
+
+For tables of N IPv6 /48 routes via one gateway (1k, 10k, 100k by
+default): loading them from configuration text into a fresh ``Router``,
+one ``ip -6 route replace`` through ``Router.configure`` (median of
+``--repeat`` calls, alternating between two gateways so every call changes
+the route), and ``--batch`` replaces in one ``configure``.  As root, with
+iproute2 present, the Linux kernel does the same beside it through ``ip
+-batch`` in a throwaway network namespace (a dummy device; the namespace is
+deleted on every exit path): load, one replace (an ``ip`` process per call,
+so mostly the process start), the batch of replaces.  ``--no-kernel`` skips
+it.  Results print as a table; ``--json PATH`` also writes them.
+
+Timings on a shared machine are noisy: medians, and never asserted on by
+the tests (tests/test_bench_control.py checks the JSON's shape only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+GW = ("2001:db8:1::2", "2001:db8:1::3")
+BASE = ("ip -6 addr add 2001:db8:1::1/64 dev eth0\n"
+        "sysctl -w net.ipv6.conf.all.forwarding=1\n")
+
+
+def prefix(k: int) -> str:
+    """The k-th /48 (2400::/12 and up; distinct for k < 2**20)."""
+    return f"{0x2400 + (k >> 16):x}:{k & 0xFFFF:x}::/48"
+
+
+def routes_text(n: int, gw: str = GW[0], cmd: str = "add", lead: str = "ip -6 ",
+                dev: str = "") -> str:
+    return "".join(f"{lead}route {cmd} {prefix(k)} via {gw}{dev}\n" for k in range(n))
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bench_fastpath(n: int, repeat: int, batch: int) -> dict:
+    from fastpath import Router
+    text = BASE + routes_text(n)
+    r = Router()
+    load = _timed(lambda: r.configure(text))
+    one = []
+    for i in range(repeat):
+        line = f"ip -6 route replace {prefix((i * 7919) % n)} via {GW[(i + 1) % 2]}\n"
+        one.append(_timed(lambda: r.configure(line)))
+    m = min(batch, n)
+    lines = "".join(f"ip -6 route replace {prefix((j * 7919) % n)} via {GW[1]}\n" for j in range(m))
+    many = _timed(lambda: r.configure(lines))
+    return {"routes": n, "load_s": load, "load_routes_per_s": n / load if load else None,
+            "replace_one_median_s": statistics.median(one), "replace_one_runs_s": one,
+            "batch": m, "replace_batch_s": many,
+            "replace_batch_routes_per_s": m / many if many else None,
+            "installed_entries": len(r._tables.entries)}
+
+
+# ---------------------------------------------------------------------------
+class _Netns:
+    """A throwaway network namespace with one dummy device (deleted on
+    every exit path: context manager, atexit-like signal handling)."""
+
+    def __init__(self):
+        self.name = f"fpbench{os.getpid()}"
+        self.made = False
+
+    def ip(self, *args, check=True, input_text=None):
+        return subprocess.run(["ip", "-n", self.name, *args], check=check, capture_output=True,
+                              text=True, input=input_text)
+
+    def __enter__(self):
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
+        self.made = True
+        self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            if self.ip("link", "add", "eth0", "type", "dummy", check=False).returncode:
+                # no dummy module: a veth pair (both ends up, for the carrier)
+                self.ip("link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+                self.ip("link", "set", "eth1", "up")
+            self.ip("link", "set", "eth0", "up")
+            self.ip("link", "set", "lo", "up")
+            self.ip("-6", "addr", "add", "2001:db8:1::1/64", "dev", "eth0", "nodad")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _on_signal(self, signum, frame):
+        self.close()
+        raise SystemExit(128 + signum)
+
+    def close(self):
+        if self.made:
+            subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+            self.made = False
+
+    def __exit__(self, *exc):
+        self.close()
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+
+def kernel_available() -> str | None:
+    """None when the kernel comparison can run, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("ip") is None:
+        return "iproute2's ip not found"
+    p = subprocess.run(["ip", "netns", "add", f"fpbenchprobe{os.getpid()}"], capture_output=True,
+                       text=True)
+    if p.returncode:
+        return f"ip netns add failed: {p.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", f"fpbenchprobe{os.getpid()}"], capture_output=True)
+    return None
+
+
+def bench_kernel(n: int, repeat: int, batch: int) -> dict:
+    with _Netns() as ns, tempfile.TemporaryDirectory() as d:
+        load_file = os.path.join(d, "load")
+        with open(load_file, "w") as f:
+            f.write(routes_text(n, lead="", dev=" dev eth0"))
+        load = _timed(lambda: ns.ip("-6", "-batch", load_file))
+        one = []
+        for i in range(repeat):
+            args = ["-6", "route", "replace", prefix((i * 7919) % n), "via", GW[(i + 1) % 2],
+                    "dev", "eth0"]
+            one.append(_timed(lambda: ns.ip(*args)))
+        m = min(batch, n)
+        rep_file = os.path.join(d, "replace")
+        with open(rep_file, "w") as f:
+            f.write("".join(f"route replace {prefix((j * 7919) % n)} via {GW[1]} dev eth0\n"
+                            for j in range(m)))
+        many = _timed(lambda: ns.ip("-6", "-batch", rep_file))
+        count = len(ns.ip("-6", "route", "show").stdout.splitlines())
+    return {"routes": n, "load_s": load, "load_routes_per_s": n / load if load else None,
+            "replace_one_median_s": statistics.median(one), "replace_one_runs_s": one,
+            "replace_one_note": "one ip process per replace (process start included)",
+            "batch": m, "replace_batch_s": many,
+            "replace_batch_routes_per_s": m / many if many else None,
+            "installed_routes": count}
+
+
+# ---------------------------------------------------------------------------
+def _fmt_s(x):
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.3f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def print_report(res):
+    print(f"fastpath control plane: Router.configure, IPv6 /48 routes via one gateway "
+          f"({res['machine']['python']}, {res['machine']['cpus']} CPUs)")
+    hdr = f"{'routes':>8}  {'who':<8} {'load':>11} {'routes/s':>10} {'1 replace':>11} " \
+          f"{'batch':>6} {'batch time':>11} {'routes/s':>10}"
+    print(hdr)
+    for row in res["results"]:
+        for who in ("fastpath", "kernel"):
+            x = row.get(who)
+            if not x:
+                continue
+            print(f"{row['routes']:>8}  {who:<8} {_fmt_s(x['load_s']):>11} "
+                  f"{x['load_routes_per_s'] or 0:>10.0f} {_fmt_s(x['replace_one_median_s']):>11} "
+                  f"{x['batch']:>6} {_fmt_s(x['replace_batch_s']):>11} "
+                  f"{x['replace_batch_routes_per_s'] or 0:>10.0f}")
+    if res["kernel"] is not None:
+        print(f"kernel: not run ({res['kernel']})")
+    else:
+        print("kernel: ip -batch in a network namespace (its single replace is one ip process)")
+    print(f"peak RSS of this process: {res['peak_rss_mb']:.0f} MB")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _sizes(s: str) -> list:
+    try:
+        out = [int(x) for x in s.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {s!r}") from None
+    if not out or any(not 1 <= x <= 1 << 20 for x in out):
+        raise argparse.ArgumentTypeError(f"sizes must be in 1..{1 << 20}: {s!r}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = _Parser(prog="python -m fastpath.bench_control",
+                 description="Control-plane rates of Router.configure (load, one replace, a "
+                             "batch of replaces), beside the kernel's ip -batch as root.")
+    ap.add_argument("--sizes", type=_sizes, default=[1000, 10000, 100000], metavar="N,N,..",
+                    help="route counts (default 1000,10000,100000)")
+    ap.add_argument("--repeat", type=int, default=21, metavar="R",
+                    help="single replaces per size, median reported (default 21)")
+    ap.add_argument("--batch", type=int, default=1000, metavar="B",
+                    help="replaces in one configure (default 1000)")
+    ap.add_argument("--no-kernel", action="store_true", help="skip the kernel comparison")
+    ap.add_argument("--quick", action="store_true", help="sizes 200,2000, repeat 5, batch 100")
+    ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.quick:
+        args.sizes, args.repeat, args.batch = [200, 2000], 5, 100
+    if not 1 <= args.repeat <= 10000 or not 1 <= args.batch <= 1 << 20:
+        print(f"{ap.prog}: error: --repeat must be in 1..10000 and --batch in 1..{1 << 20}",
+              file=sys.stderr)
+        return 2
+    why_not = "--no-kernel" if args.no_kernel else kernel_available()
+    res = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                       "platform": platform.platform()},
+           "config": {"sizes": args.sizes, "repeat": args.repeat, "batch": args.batch},
+           "kernel": why_not, "results": []}
+    try:
+        for n in args.sizes:
+            row = {"routes": n, "fastpath": bench_fastpath(n, args.repeat, args.batch)}
+            if why_not is None:
+                row["kernel"] = bench_kernel(n, args.repeat, args.batch)
+            res["results"].append(row)
+        res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print_report(res)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+                f.write("\n")
+    except KeyboardInterrupt:
+        print(f"{ap.prog}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
