@@ -466,10 +466,19 @@ class KernelOracle:
         last = ""
         for _ in range(5):
             name = f"fp-{os.getpid()}-{next(_counter)}"
-            r = _run([IP, "netns", "add", name])
-            if r.returncode == 0:
-                self.netns = name
-                return
+            r = None
+            try:
+                r = _run([IP, "netns", "add", name])
+                if r.returncode == 0:
+                    self.netns = name
+                    return
+            except BaseException:
+                # interrupted (a signal) while ip made it, or right after: it
+                # is ours to delete (the name carries our pid)
+                if (self.netns is None and (r is None or r.returncode == 0)
+                        and os.path.exists(os.path.join(NETNS_RUN_DIR, name))):
+                    self.netns = name
+                raise
             last = r.stderr.decode(errors="replace").strip()
             if not os.path.exists(os.path.join(NETNS_RUN_DIR, name)):
                 break  # not a name clash with a leftover: give up
