@@ -501,20 +501,8 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
     retired = [t.entries[k] for k in t.entries if k not in new_entries or k in changed]
     # the routes only a strict-interface lookup returns get entries of their own
     strict = _strict_routes(state, best.get)
-    new_strict = {}
-    schanged = []
-    for r, is_best in strict:
-        if is_best:
-            continue
-        sig = _route_sig(r, state)
-        k = (r.family, r.table, r.prefix, r.metric, r.dev)
-        cur = t.strict_entries.get(k)
-        if cur is not None and cur.sig == sig:
-            new_strict[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
-        else:
-            new_strict[k] = _Entry(-1, r, sig)
-            schanged.append(k)
-    retired += [t.strict_entries[k] for k in t.strict_entries if k not in new_strict or k in schanged]
+    new_strict, schanged, sretired = _diff_strict(t, state, strict)
+    retired += sretired
     for e in [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]:
         _install(t, e)
     t.retired.extend(retired)
@@ -571,6 +559,27 @@ def _compile_rules(t: Tables, state) -> None:
                 arr[k]["has_iif"] = 1
                 arr[k]["iif"] = t.ifindex.get(ru.iif, 0xFFFFFFFF)
         t.rules[fam] = arr
+
+
+def _diff_strict(t: Tables, state, strict) -> tuple:
+    """The route entries of the strict-interface candidates that are not the
+    best route of their prefix (``strict``: _strict_routes), against those
+    installed: -> (entries by key, keys of the new ones, entries retired).
+    An entry whose route's signature is unchanged is kept."""
+    new, made = {}, []
+    for r, is_best in strict:
+        if is_best:
+            continue
+        sig = _route_sig(r, state)
+        k = (r.family, r.table, r.prefix, r.metric, r.dev)
+        cur = t.strict_entries.get(k)
+        if cur is not None and cur.sig == sig:
+            new[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+        else:
+            new[k] = _Entry(-1, r, sig)
+            made.append(k)
+    retired = [t.strict_entries[k] for k in t.strict_entries if k not in new or k in made]
+    return new, made, retired
 
 
 def _install(t: Tables, e: _Entry) -> None:
@@ -893,25 +902,12 @@ def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
     # the strict-interface candidates: few (prefixes overlapping fe80::/10,
     # ff00::/8, ::1), found through the RouteTable's index, diffed as in
     # compile_tables
-    new_strict = t.strict_entries
-    schanged = []
     if need_strict:
         keys = state.routes.strict_keys() if hasattr(state.routes, "strict_keys") else None
         strict = _strict_routes(state, lambda p: _best_of(state, p), keys)
-        new_strict = {}
-    for r, is_best in (strict if need_strict else ()):
-        if is_best:
-            continue
-        sig = _route_sig(r, state)
-        k = (r.family, r.table, r.prefix, r.metric, r.dev)
-        cur = t.strict_entries.get(k)
-        if cur is not None and cur.sig == sig:
-            new_strict[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
-        else:
-            new_strict[k] = _Entry(-1, r, sig)
-            schanged.append(k)
-    sretired = [t.strict_entries[k] for k in t.strict_entries
-                if k not in new_strict or k in schanged] if need_strict else []
+        new_strict, schanged, sretired = _diff_strict(t, state, strict)
+    else:
+        new_strict, schanged, sretired = t.strict_entries, [], []
     for e in sretired:
         t.dst_routes.pop(e.dst, None)
     made_entries = [e for _k, e in made] + [new_strict[k] for k in schanged]

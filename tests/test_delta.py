@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -19,6 +18,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from fastpath import Batch, Router
 from fastpath.config import ConfigError, RouteTable, State
 from fastpath.tables import compile_tables
+
+try:
+    from .test_fib_property import udp_packet
+except ImportError:  # pragma: no cover - tests/ as a plain directory on sys.path
+    from test_fib_property import udp_packet
 
 DEVS = ("tun0", "tun1", "tun2", "eth3")
 BASE = "".join(
@@ -136,27 +140,8 @@ def step_text(rng, npfx, state=None):
 
 
 # ---------------------------------------------------------------------------
-def _csum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def udp(src, dst, hop=64) -> bytes:
-    s, d = ipaddress.ip_address(src).packed, ipaddress.ip_address(dst).packed
-    payload = b"delta"
-    ulen = 8 + len(payload)
-    u = struct.pack("!HHHH", 4000, 5000, ulen, 0) + payload
-    if len(s) == 16:
-        c = _csum(s + d + struct.pack("!IxxxB", ulen, 17) + u) or 0xFFFF
-        return struct.pack("!IHBB", 0x60000000, ulen, 17, hop) + s + d + u[:6] + struct.pack("!H", c) + u[8:]
-    c = _csum(s + d + struct.pack("!xBH", 17, ulen) + u) or 0xFFFF
-    u = u[:6] + struct.pack("!H", c) + u[8:]
-    hdr = struct.pack("!BBHHHBBH", 0x45, 0, 20 + ulen, 1, 0x4000, hop, 17, 0) + s + d
-    return hdr[:10] + struct.pack("!H", _csum(hdr)) + hdr[12:] + u
+    return udp_packet(src, dst, payload=b"delta", hop=hop)
 
 
 def packets(rng, r, n):
