@@ -16,7 +16,7 @@
 # syscall, walk, copies, Batch construction) is ~70 ns a packet; the numpy
 # fallback ~2.5x slower on equal-length traffic, ~6x on IMIX.
 #
-# fastpath/pcap.py holds a numpy/struct fallback of every function below with
+# fastpath/pcap/fallback.py holds a numpy/struct fallback of every function below with
 # the same signature and results (used when this module is not built, and by
 # the tests to check both agree).
 #
