@@ -50,7 +50,7 @@ class ReplayStats:
             self._flush_egress()
             self._names = batch.ifnames
         miss = _impl._io.tally(batch.verdict, batch.oif, batch.reason, _V_FWD, _V_ICMP, _V_DROP,
-                         self._v, self._o, self._d, self._i)
+                               self._v, self._o, self._d, self._i)
         if miss:                         # an ifindex or a reason beyond the arrays
             v = batch.verdict
             out = _OUT_LUT[v]

@@ -621,7 +621,7 @@ class PcapReader:
         while True:
             n0 = P.n
             n, pos, st = _impl._io.scan_pcap(self._buf, self._pos, self._end, big, maxcap, frac_ns,
-                                       P.off, P.cap, P.wlen, P.ts, n0, self.batch_size)
+                                             P.off, P.cap, P.wlen, P.ts, n0, self.batch_size)
             P.n = n
             self._pos = pos
             if n > n0:
@@ -659,8 +659,8 @@ class PcapReader:
             n0 = P.n
             big = self.big_endian
             n, pos, st = _impl._io.scan_pcapng(self._buf, self._pos, self._end, big, self._if_snap,
-                                         self._if_ok, self.max_caplen, self.max_block, P.off,
-                                         P.cap, P.wlen, P.ifid, P.ts, P.kind, n0, self.batch_size)
+                                               self._if_ok, self.max_caplen, self.max_block, P.off,
+                                               P.cap, P.wlen, P.ifid, P.ts, P.kind, n0, self.batch_size)
             P.n = n
             self._pos = pos
             if n > n0:

@@ -404,7 +404,7 @@ class PcapWriter(_Writer):
         data, start, length = srcs
         out = self._sink.buffer(_impl._io.need_pcap(length, rows, self.snaplen))
         k = _impl._io.pack_pcap(data, start, length, rows, np.ascontiguousarray(ts, np.int64),
-                          self.nanosecond, self.snaplen, out)
+                                self.nanosecond, self.snaplen, out)
         self._sink.write(out[:k].data, out)
         self.packets += len(rows)
         # per-interface counts (the file itself cannot record interfaces)
@@ -496,7 +496,7 @@ class PcapngWriter(_Writer):
         out = self._sink.buffer(_impl._io.need_epb(length, rows, opt_len, self.snaplen))
         while True:
             k, missing = _impl._io.pack_epb(data, start, length, rows, keys, lut, ts, obuf, opt_off,
-                                      opt_len, self.snaplen, out, self._counts)
+                                            opt_len, self.snaplen, out, self._counts)
             if missing < 0:
                 break
             lut = self._learn(ifnames, lt, missing)      # writes the IDB first
