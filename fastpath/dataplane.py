@@ -55,7 +55,7 @@ import threading
 import time
 import weakref
 from functools import lru_cache
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -64,15 +64,18 @@ from . import _datapath, _rss
 from .batch import LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
-from .router import MODES, USE_STATS, _check_gateways, fragment_batch, load_kwargs, prepare_batch
-from .tables import DST_DTYPE, PCPU_DTYPE, Tables, compile_tables
+from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, load_kwargs,
+                     prepare_batch)
+from .tables import DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm
 
 __all__ = ["Dataplane", "DataplaneError"]
 
 LINE = 64                       # bytes per cache line
 W_CTL = LINE // 8               # uint64 words per line
 # shared control words (indexes into the uint64 control array)
-C_MAGIC, C_NWORKERS, C_MAXDST, C_SEQ, C_STOP = 0, 1, 2, 3, 4
+# C_SEQ: bumped at each publication (a new snapshot, or LPMs changed in
+# place: route caches to flush); C_SNAP: the number of the newest snapshot
+C_MAGIC, C_NWORKERS, C_MAXDST, C_SEQ, C_STOP, C_SNAP = 0, 1, 2, 3, 4, 5
 C_TOKEN = W_CTL                 # the QSBR token, on its own line
 C_WORKERS = 2 * W_CTL           # first worker line
 # per-worker words (offsets in the worker's line)
@@ -182,61 +185,122 @@ class _Mapped:
 
 
 # ---------------------------------------------------------------------------
-# snapshots: the immutable part of the tables
+# the arena: the big tables, in shared memory, updated in place
 # ---------------------------------------------------------------------------
 
+class _Arena:
+    """Shared-memory arrays for the tables workers read while the control
+    plane updates them in place: the LPMs (``tbl24``, ``groups``), the
+    nexthop rows, seg6local records and SRH templates (Tables.alloc).  One
+    segment per array; an array that grows gets a new segment (the old one
+    is unlinked once no published snapshot names it, see
+    Dataplane._publish).  Segments are files in /dev/shm mapped here and in
+    the workers; registered with multiprocessing's resource tracker, so a
+    control process that is killed does not leave them behind."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.count = itertools.count()
+        self.segs = {}                  # name -> (address, size, mmap)
+
+    def __call__(self, shape, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        size = max(int(np.prod(shape)) * dtype.itemsize, 1)
+        name = f"{self.prefix}a{next(self.count)}"
+        fd = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)            # sparse: untouched pages cost nothing
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        resource_tracker.register("/" + name, "shared_memory")
+        a = np.ndarray(shape, dtype=dtype, buffer=mm)
+        self.segs[name] = (a.ctypes.data, size, mm)
+        return a
+
+    def ref(self, a: np.ndarray) -> tuple:
+        """(segment, offset, dtype, shape) of an array inside a segment."""
+        p = a.ctypes.data
+        for name, (base, size, _) in self.segs.items():
+            if base <= p and p + a.nbytes <= base + size:
+                return (name, p - base, a.dtype.str, a.shape)
+        raise ValueError("array not in the arena")
+
+    def unlink(self, name: str) -> None:
+        """Remove a segment's name (mappings, here and in workers, stay
+        valid until dropped)."""
+        if self.segs.pop(name, None) is None:
+            return
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except FileNotFoundError:
+            pass
+        resource_tracker.unregister("/" + name, "shared_memory")
+
+    def close(self) -> None:
+        for name in list(self.segs):
+            self.unlink(name)
+
+
+# ---------------------------------------------------------------------------
+# snapshots: the small tables, copied per configuration; the big ones named
+# ---------------------------------------------------------------------------
+
+# the arrays a snapshot copies (small: devices, addresses, neighbours,
+# rules, HMAC keys) and those it names in the arena (updated in place)
+_COPIED = ("devs", "addrs", "neighs", "rules6", "rules4", "hmac_keys")
+_NAMED = ("nhs", "s6l", "srh_blob")
+
+
 def _snapshot_arrays(t: Tables):
-    """(name, array) pairs of a snapshot, and the LPM descriptors."""
-    arrays = []
+    """(copied arrays, named arrays): (name, array) pairs of a snapshot."""
     _, nhs, devs, addrs, neighs, r6, r4, lpm6, lpm4, s6l, blob, keys = t.arrays()
-    for name, a in (("nhs", nhs), ("devs", devs), ("addrs", addrs), ("neighs", neighs),
-                    ("rules6", r6), ("rules4", r4), ("s6l", s6l), ("srh_blob", blob),
-                    ("hmac_keys", keys)):
-        arrays.append((name, a))
-    lpms = []
+    copied = list(zip(_COPIED, (devs, addrs, neighs, r6, r4, keys)))
+    named = list(zip(_NAMED, (nhs, s6l, blob)))
     for fam, lst in ((6, lpm6), (4, lpm4)):
         for k, (t24, grp) in enumerate(lst):
-            arrays.append((f"lpm{fam}_{k}_tbl24", t24))
-            arrays.append((f"lpm{fam}_{k}_groups", grp))
-            lpms.append((fam, k))
-    return arrays, lpms
+            named.append((f"lpm{fam}_{k}_tbl24", t24))
+            named.append((f"lpm{fam}_{k}_groups", grp))
+    return copied, named, [len(lpm6), len(lpm4)]
 
 
-def _write_snapshot(name: str, t: Tables, kwargs: dict, ifindex: dict, ifnames: dict):
-    arrays, lpms = _snapshot_arrays(t)
+def _write_snapshot(name: str, t: Tables, arena: _Arena, kwargs: dict, ifindex: dict,
+                    ifnames: dict):
+    """A snapshot segment: the small tables copied, the big ones by
+    reference into the arena.  Returns (SharedMemory, arena segments
+    named)."""
+    copied, named, nlpm = _snapshot_arrays(t)
+    refs = {aname: arena.ref(a) for aname, a in named}
     layout, off = [], 0
-    for aname, a in arrays:
+    for aname, a in copied:
         layout.append((aname, a.dtype.str, a.shape, off))
         off = _align(off + a.nbytes, LINE)
-    meta = pickle.dumps({"layout": layout, "lpms": lpms, "kwargs": kwargs,
+    meta = pickle.dumps({"layout": layout, "refs": refs, "nlpm": nlpm, "kwargs": kwargs,
                          "ifindex": ifindex, "ifnames": ifnames})
-    base = _align(8 + len(meta), 4096)
+    base = _align(8 + len(meta), LINE)
     shm = shared_memory.SharedMemory(name=name, create=True, size=max(base + off, 4096))
     buf = shm.buf
     buf[:8] = len(meta).to_bytes(8, "little")
     buf[8:8 + len(meta)] = meta
-    for (aname, a), (_, _, shape, aoff) in zip(arrays, layout):
-        dst = np.ndarray(a.shape, dtype=a.dtype, buffer=buf, offset=base + aoff)
-        if aname.endswith("_tbl24"):
-            # only the pages in use: the segment stays sparse like the
-            # calloc'd table it copies (2**24 entries, mostly zero)
-            src = a.reshape(-1, 1024)
-            used = np.flatnonzero(src.any(axis=1))
-            dst.reshape(-1, 1024)[used] = src[used]
-        else:
-            dst[...] = a
-    del dst, buf
-    return shm
+    for (aname, a), (_, _, shape, aoff) in zip(copied, layout):
+        np.ndarray(a.shape, dtype=a.dtype, buffer=buf, offset=base + aoff)[...] = a
+    del buf
+    return shm, {r[0] for r in refs.values()}
 
 
-def _read_snapshot(buf):
+def _read_snapshot(buf, segment):
+    """The arrays of a snapshot: copied ones in ``buf``, named ones in the
+    arena segments ``segment(name)`` maps (a buffer)."""
     n = int.from_bytes(buf[:8], "little")
     meta = pickle.loads(bytes(buf[8:8 + n]))
-    base = _align(8 + n, 4096)
+    base = _align(8 + n, LINE)
     arr = {aname: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=base + off)
            for aname, dt, shape, off in meta["layout"]}
-    lpm6 = [(arr[f"lpm6_{k}_tbl24"], arr[f"lpm6_{k}_groups"]) for fam, k in meta["lpms"] if fam == 6]
-    lpm4 = [(arr[f"lpm4_{k}_tbl24"], arr[f"lpm4_{k}_groups"]) for fam, k in meta["lpms"] if fam == 4]
+    for aname, (seg, off, dt, shape) in meta["refs"].items():
+        arr[aname] = np.ndarray(shape, dtype=np.dtype(dt), buffer=segment(seg), offset=off)
+    n6, n4 = meta["nlpm"]
+    lpm6 = [(arr[f"lpm6_{k}_tbl24"], arr[f"lpm6_{k}_groups"]) for k in range(n6)]
+    lpm4 = [(arr[f"lpm4_{k}_tbl24"], arr[f"lpm4_{k}_groups"]) for k in range(n4)]
     return arr, lpm6, lpm4, meta
 
 
@@ -272,6 +336,8 @@ class _Worker:
         self.check_gen = check_gen
         self.seq = 0
         self.snap = None
+        self.snap_no = 0
+        self.segs = {}                  # arena segment -> its mapping
         self.ifindex = {}
         self.io = {}
         self.stage = {}
@@ -292,17 +358,33 @@ class _Worker:
                                  _datapath.atomic_load64(self.ctl, C_TOKEN))
 
     def reload(self):
-        """Switch to the newest snapshot if it changed (online only)."""
+        """After a publication (online only): switch to the newest snapshot
+        if there is one, else empty the route caches (the LPMs changed in
+        place under them)."""
         seq = int(_datapath.atomic_load64(self.ctl, C_SEQ))
         if seq == self.seq:
             return
-        snap = _Mapped(f"{self.prefix}s{seq}")
-        arr, lpm6, lpm4, meta = _read_snapshot(snap.buf)
-        self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"], arr["rules6"],
-                     arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"], arr["hmac_keys"],
-                     dfast=self.dfast, **meta["kwargs"])
-        self.snap, self.seq, self.ifindex = snap, seq, meta["ifindex"]
+        no = int(_datapath.atomic_load64(self.ctl, C_SNAP))
+        if no == self.snap_no:
+            self.dp.flush_route_caches()
+        else:
+            snap = _Mapped(f"{self.prefix}s{no}")
+            arr, lpm6, lpm4, meta = _read_snapshot(snap.buf, self._segment)
+            self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"],
+                         arr["rules6"], arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"],
+                         arr["hmac_keys"], dfast=self.dfast, **meta["kwargs"])
+            self.snap, self.snap_no, self.ifindex = snap, no, meta["ifindex"]
+            named = {r[0] for r in meta["refs"].values()}
+            self.segs = {k: v for k, v in self.segs.items() if k in named}
+        self.seq = seq
         self.ctl[self.line + Q_SEQ] = seq
+
+    def _segment(self, name):
+        """An arena segment's mapping (kept while snapshots name it)."""
+        seg = self.segs.get(name)
+        if seg is None:
+            seg = self.segs[name] = _Mapped(name)
+        return seg.buf
 
     def _io_views(self, name, cap, slot):
         ent = self.io.get(name)
@@ -533,19 +615,27 @@ class Dataplane:
         self._procs, self._conns = [], []
         self._dead = set()
         self._pending = []                # retired entries waiting for their references to drop
+        self._snap_no = 0
+        self._arena = None
+        self._lock = threading.RLock()    # one configure at a time (a follower thread may call it)
         self.cpus = self._choose_cpus(workers, cpus, placement, oversubscribe)
         self.pinned = bool(pin)
         self.placement = placement if cpus is None else "explicit"
         self.prefix = f"fp{os.getpid()}_{secrets.token_hex(3)}_"
         try:
             self._create_core()
-            self.state = State()
-            self._tables = Tables(dsts=self._dsts, dfast=self._dfast, max_dsts=self.max_dsts)
-            self._tables = compile_tables(self.state, self._tables)
+            self._arena = _Arena(self.prefix)
+            self._tables = Tables(dsts=self._dsts, dfast=self._dfast, max_dsts=self.max_dsts,
+                                  alloc=self._arena, defer=True)
             if isinstance(config, State):
-                self._apply_state(config)
+                self.state = config.copy()            # ours to change in place
+                _check_gateways(self.state)
+                compile_tables(self.state, self._tables, defer_lpm=True)
             else:
-                self._apply_state(self.state.apply(config or ""))
+                self.state = State()
+                compile_tables(self.state, self._tables, defer_lpm=True)
+                apply_config(self.state, self._tables, config or "", defer_lpm=True)
+            self._publish()
             self._start_workers(check_gen)
         except BaseException:
             self.close()
@@ -599,37 +689,98 @@ class Dataplane:
                 raise DataplaneError(f"worker {w} failed to start: {msg[1]}")
 
     # -- configuration ------------------------------------------------------
-    def configure(self, text: str) -> "Dataplane":
-        """Apply iproute2/sysctl lines (all or nothing, as Router.configure),
-        publish the new tables, and reclaim what they no longer use after a
-        grace period."""
+    def configure(self, text) -> "Dataplane":
+        """Apply iproute2/sysctl lines (a string or an iterable of lines; all
+        or nothing, as Router.configure) as a delta, update the shared
+        tables in place while the workers forward, and reclaim what the
+        change retired after a grace period (see _publish)."""
         self._check_open()
-        new = self.state.apply(text)
-        self._apply_state(new)
+        with self._lock:
+            apply_config(self.state, self._tables, text, defer_lpm=True)
+            self._publish()
         return self
 
-    def _apply_state(self, new):
-        _check_gateways(new, self.state)
-        t = compile_tables(new, self._tables)
-        self.state = new
-        retired, t.retired = t.retired, []
-        seq = int(self._ctl[C_SEQ]) + 1
-        name = f"{self.prefix}s{seq}"
-        shm = _write_snapshot(name, t, load_kwargs(new, t), dict(t.ifindex), dict(t.ifnames))
+    def _publish(self):
+        """Make the tables' changes visible to the workers, RCU style.
+
+        Publication order (each step's stores are complete before the next
+        step begins; every word a worker may be reading is written with one
+        aligned store, so a lookup sees the old or the new value):
+
+        1. (done by the caller, tables.update_tables with defer_lpm) the new
+           route entries, their nexthop rows, seg6local records and SRH
+           templates are written where no worker can reach them yet (free
+           entries, pool rows past any snapshot's view or freed a grace
+           period ago); the small tables (devices, addresses, neighbours,
+           rules, strict rows) are rebuilt; the LPM changes are only listed
+           (``lpm_pending``) and room is made for them here
+           (reserve_lpm: a ``groups`` array that grows is a new segment).
+        2. A new snapshot -- the small tables copied, the big ones named in
+           the arena -- is published (C_SNAP, then C_SEQ, with a full
+           fence) and a grace period waited for: every online worker has
+           loaded it, so its per-load indexes (adjacencies of the new
+           nexthop rows, seg6local records) cover the new entries.  Older
+           snapshots and the arena segments only they named are unlinked.
+        3. The LPMs are changed in place (tables.apply_lpm): a replaced
+           prefix's entries are overwritten, a new group is complete before
+           the entry that points to it, groups emptied go to limbo; no
+           ``groups`` array may grow now (frozen).  From here lookups find
+           the new entries.
+        4. The retired entries are marked dead (fast-path word first) and
+           lose the FIB's reference; C_SEQ is bumped again so that each
+           worker empties its route caches at its next batch boundary; a
+           second grace period; then the retired entries nobody holds are
+           reclaimed (zeroed, generation bumped, rows and records freed)
+           and the LPM groups in limbo become reusable.
+        """
+        t = self._tables
+        reserve_lpm(t)
+        self._snap_no += 1
+        name = f"{self.prefix}s{self._snap_no}"
+        shm, named = _write_snapshot(name, t, self._arena, load_kwargs(self.state, t),
+                                     dict(t.ifindex), dict(t.ifnames))
         self._segments[name] = shm
-        # publish: workers switch at their next batch boundary
-        _datapath.atomic_store64(self._ctl, C_SEQ, seq, fence=True)
-        # unpublish what the new tables no longer reach: dead, and the
-        # FIB's reference dropped (a refcounted holder keeps it alive)
-        self._tables.mark_dead([e.dst for e in retired])
+        _datapath.atomic_store64(self._ctl, C_SNAP, self._snap_no)
+        self._bump_seq()
+        if self._procs:
+            self.synchronize()
+        for old in [n for n in self._segments if n.startswith(self.prefix + "s") and n != name]:
+            self._unlink(old)
+        live = named | self._arena_live()
+        for seg in [n for n in self._arena.segs if n not in live]:
+            self._arena.unlink(seg)
+        lpms = list(t.lpms.values())
+        for lpm in lpms:
+            lpm.frozen = True
+        try:
+            apply_lpm(t)
+        finally:
+            for lpm in lpms:
+                lpm.frozen = False
+        retired, t.retired = t.retired, []
+        # unpublish what the tables no longer reach: dead, and the FIB's
+        # reference dropped (a refcounted holder keeps it alive)
+        t.mark_dead([e.dst for e in retired])
         for e in retired:
             _datapath.atomic_add32(self._dst_words, e.dst * 16, -1)
         self._pending.extend(retired)
+        self._bump_seq()
         if self._procs:
             self.synchronize()
+        for lpm in lpms:
+            lpm.release_deferred()
         self._reclaim()
-        for old in [n for n in self._segments if n.startswith(self.prefix + "s") and n != name]:
-            self._unlink(old)
+
+    def _bump_seq(self):
+        _datapath.atomic_store64(self._ctl, C_SEQ, int(self._ctl[C_SEQ]) + 1, fence=True)
+
+    def _arena_live(self) -> set:
+        """The arena segments of the arrays the tables hold now."""
+        t = self._tables
+        arrays = [t.nh_arr, t.s6l_arr, t.blob]
+        for lpm in t.lpms.values():
+            arrays += [lpm.tbl24, lpm.groups]
+        return {self._arena.ref(a)[0] for a in arrays}
 
     def _reclaim(self):
         """Free the retired entries nobody holds any more."""
@@ -1058,6 +1209,8 @@ class Dataplane:
         self._meta_seg = None
         for name in list(self._segments):
             self._unlink(name)
+        if self._arena is not None:
+            self._arena.close()
 
     def __enter__(self):
         return self

@@ -36,13 +36,15 @@ _NETWORK = {4: ipaddress.IPv4Network, 6: ipaddress.IPv6Network}
 class Lpm:
     """Longest-prefix-match table of one address family (4 or 6)."""
 
-    def __init__(self, family: int):
+    def __init__(self, family: int, alloc=None):
+        """``alloc``: None, or ``alloc(shape, dtype)`` returning a zeroed
+        array for ``tbl24`` and ``groups`` (the Dataplane's shared memory)."""
         if isinstance(family, bool) or family not in (4, 6):
             raise ValueError(f"family must be 4 or 6, not {family!r}")
         self.family = int(family)
         self.width = 32 if family == 4 else 128
         self._nbytes_addr = self.width // 8
-        self._core = _lpm.LpmCore(self.family)
+        self._core = _lpm.LpmCore(self.family, alloc=alloc)
         w = self.width
         self._masks = [((1 << d) - 1) << (w - d) for d in range(w + 1)]
 
@@ -68,12 +70,50 @@ class Lpm:
     def groups_in_use(self) -> int:
         return self._core.groups_in_use
 
+    # ------------------------------------------------------------------
+    # readers in other processes (Dataplane workers): RCU-style updates
+
+    @property
+    def defer_free(self) -> bool:
+        """Freed groups wait in limbo until ``release_deferred()`` (call it
+        after a grace period); setting False releases them at once."""
+        return self._core.defer_free
+
+    @defer_free.setter
+    def defer_free(self, on: bool) -> None:
+        self._core.defer_free = bool(on)
+
+    @property
+    def groups_deferred(self) -> int:
+        return self._core.groups_deferred
+
+    def release_deferred(self) -> int:
+        return self._core.release_deferred()
+
+    def groups_needed(self, depth: int) -> int:
+        """Upper bound of the groups one add of a /depth may allocate."""
+        return self._core.groups_needed(depth)
+
+    def reserve(self, n: int) -> bool:
+        """Grow ``groups`` now if fewer than ``n`` are free (True if it
+        did), so that the adds that follow never replace the array."""
+        return self._core.reserve(n)
+
+    @property
+    def frozen(self) -> bool:
+        """While set, a growth of ``groups`` is refused (RuntimeError)."""
+        return self._core.frozen
+
+    @frozen.setter
+    def frozen(self, on: bool) -> None:
+        self._core.frozen = bool(on)
+
     @property
     def nbytes(self) -> int:
         """Bytes allocated for the tables and the prefix set (tbl24 counted
         at its full size, though only touched pages use memory)."""
         c = self._core
-        return sum(a.nbytes for a in (c.tbl24, c.groups, c.free_stack, c.meta,
+        return sum(a.nbytes for a in (c.tbl24, c.groups, c.free_stack, c.limbo, c.meta,
                                       c.hkeys, c.hdepth, c.hvals, c.dcount))
 
     # ------------------------------------------------------------------

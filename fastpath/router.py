@@ -77,41 +77,7 @@ class Router:
         planned too (RouteTable's device and gateway indexes).  The tables
         are recompiled whole (tables.compile_tables, the reference) only when
         an interface went away or changed its ifindex."""
-        st = self.state
-        env = _env(st)
-        saved = st.begin()
-        try:
-            st.run(text)
-            changed = st.routes.pending()
-            _check_changed_gateways(st, changed)
-            prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
-            env_changed = _env(st) != env
-            full = False
-            if env_changed:
-                more = _env_affected(st, saved[0])
-                if more is None:
-                    full = True
-                else:
-                    prefixes.update(dict.fromkeys(more))
-            ops = None if full else plan_delta(self._tables, st, prefixes, env_changed)
-            routes_before = dict(st.routes) if full else None
-        except BaseException:
-            st.rollback(saved)
-            raise
-        st.commit()
-        if ops is not None:
-            update_tables(self._tables, st, ops, None if env_changed else prefixes)
-        else:
-            try:
-                compile_tables(st, self._tables)
-            except BaseException:
-                # (before any route entry changed) back to the state before
-                from .config import RouteTable
-                (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
-                 st.sysctls) = saved
-                st.routes = RouteTable(routes_before)
-                compile_tables(st, self._tables)
-                raise
+        apply_config(self.state, self._tables, text)
         self._load()
         self._reclaim()
         return self
@@ -211,6 +177,51 @@ class Router:
         elif r.nexthops:
             desc += f" ({len(r.nexthops)} nexthops)"
         return desc
+
+
+
+def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
+    """Run configuration lines on State ``st`` as a transaction and bring
+    ``tables`` to the result: the delta (plan_delta, then update_tables)
+    or, when an interface went away or changed its ifindex, the whole-state
+    compile.  All or nothing: a ConfigError (or a route that cannot be
+    installed) leaves ``st`` and ``tables`` as they were.  ``defer_lpm``:
+    the LPM changes are left in ``tables.lpm_pending`` (a Dataplane applies
+    them after its workers know the new entries)."""
+    env = _env(st)
+    saved = st.begin()
+    try:
+        st.run(text)
+        changed = st.routes.pending()
+        _check_changed_gateways(st, changed)
+        prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
+        env_changed = _env(st) != env
+        full = False
+        if env_changed:
+            more = _env_affected(st, saved[0])
+            if more is None:
+                full = True
+            else:
+                prefixes.update(dict.fromkeys(more))
+        ops = None if full else plan_delta(tables, st, prefixes, env_changed)
+        routes_before = dict(st.routes) if full else None
+    except BaseException:
+        st.rollback(saved)
+        raise
+    st.commit()
+    if ops is not None:
+        update_tables(tables, st, ops, None if env_changed else prefixes, defer_lpm=defer_lpm)
+    else:
+        try:
+            compile_tables(st, tables, defer_lpm=defer_lpm)
+        except BaseException:
+            # (before any route entry changed) back to the state before
+            from .config import RouteTable
+            (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
+             st.sysctls) = saved
+            st.routes = RouteTable(routes_before)
+            compile_tables(st, tables, defer_lpm=defer_lpm)
+            raise
 
 
 def prepare_batch(batch, tables) -> None:

@@ -200,8 +200,18 @@ class Tables:
     throw_count: dict = field(default_factory=dict)  # (family, table) -> throw entries
     s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
     s6l_pool: _Pool = None
-    blob: bytearray = None
+    s6l_arr: np.ndarray = None                       # S6L_DTYPE records by index (grown); s6l views it
+    s6l_slots: tuple = None                          # the slots the records' slot6/slot4 were made for
+    blob: np.ndarray = None                          # uint8, the SRH templates (grown); srh_blob views it
     blob_pool: _Pool = None
+    # Where the arrays readers use are made: None (numpy), or
+    # ``alloc(shape, dtype)`` returning a zeroed array -- a Dataplane's
+    # shared memory, which its workers read while this process updates
+    # them.  ``defer``: the LPMs keep freed groups in limbo until
+    # ``release_deferred()`` (after a grace period).
+    alloc: object = None
+    defer: bool = False
+    lpm_pending: list = field(default_factory=list)  # (Lpm, network, dst or 0 to delete), see apply_lpm
 
     def __post_init__(self):
         if self.dsts is None:
@@ -215,12 +225,35 @@ class Tables:
                 self.dsts[i]["flags"] = DSTF_SHARED
                 self.dsts[i]["refcnt"] = 1
         self._init_reserved()
-        self.nhs = np.zeros(1, dtype=NH_DTYPE)
-        self.nh_arr = np.zeros(64, dtype=NH_DTYPE)
+        self.nh_arr = self._zeros(64, NH_DTYPE)
+        self.nhs = self.nh_arr[:1]
         self.nh_pool = _Pool(1)                      # row 0: no nexthop
         self.s6l_pool = _Pool(0)
+        self.s6l_arr = self._zeros(16, S6L_DTYPE)
+        self.s6l = self.s6l_arr[:0]
         self.blob_pool = _Pool(8)
-        self.blob = bytearray(8)
+        self.blob = self._zeros(64, np.uint8)
+        self.srh_blob = self.blob[:8]
+
+    def _zeros(self, n: int, dtype) -> np.ndarray:
+        if self.alloc is None:
+            return np.zeros(n, dtype=dtype)
+        return self.alloc((n,), dtype)
+
+    def _grown(self, a: np.ndarray, need: int) -> np.ndarray:
+        """``a`` or, when shorter than ``need``, a copy at least twice as
+        long (an older array stays as it was: readers of an older snapshot
+        keep using it)."""
+        if need <= len(a):
+            return a
+        g = self._zeros(max(2 * len(a), need), a.dtype)
+        g[:len(a)] = a
+        return g
+
+    def new_lpm(self, family: int) -> Lpm:
+        lpm = Lpm(family, alloc=self.alloc)
+        lpm.defer_free = self.defer
+        return lpm
 
     def _init_reserved(self):
         if not self.free_dsts:
@@ -271,6 +304,8 @@ class Tables:
                 self.s6l_pool.release(e.s6l, 1)
                 freed.append(e.s6l)
             self.blob_pool.release(*e.blob)
+        if freed:
+            self.s6l_arr[np.asarray(freed, dtype=np.int64)] = np.zeros(1, dtype=S6L_DTYPE)
         return freed
 
     def _alloc_nexthops(self, sig_nhs) -> int:
@@ -283,10 +318,7 @@ class Tables:
         first = self.nh_pool.alloc(len(sig_nhs))
         if key is not None:
             self.nh_shared[key] = [first, 1]
-        if first + len(sig_nhs) > len(self.nh_arr):
-            grown = np.zeros(max(2 * len(self.nh_arr), first + len(sig_nhs)), dtype=NH_DTYPE)
-            grown[:len(self.nh_arr)] = self.nh_arr
-            self.nh_arr = grown
+        self.nh_arr = self._grown(self.nh_arr, first + len(sig_nhs))
         bounds = _upper_bounds([w for (_, _, w, _) in sig_nhs]) if sig_nhs else []
         for j, ((gw, dev, weight, ifidx), ub) in enumerate(zip(sig_nhs, bounds)):
             row = self.nh_arr[first + j]
@@ -468,10 +500,12 @@ def _compile_small(t: Tables, state) -> None:
     t.neighs = neighs
 
 
-def compile_tables(state, old: Tables | None = None) -> Tables:
+def compile_tables(state, old: Tables | None = None, defer_lpm: bool = False) -> Tables:
     """Build (or update ``old`` into) the tables for ``state``, walking every
     route (the reference ``update_tables`` is tested against).  Raises
-    ValueError for a route whose gateway no interface reaches."""
+    ValueError for a route whose gateway no interface reaches.
+    ``defer_lpm``: the LPM changes are left in ``t.lpm_pending`` for
+    ``apply_lpm`` (see update_tables)."""
     t = old if old is not None else Tables()
     _compile_small(t, state)
     # --- routes: diff the best route per prefix against what is installed.
@@ -506,15 +540,16 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
     for e in [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]:
         _install(t, e)
     t.retired.extend(retired)
-    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
+    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)]
     # --- LPMs: removed prefixes first, then the new entries (a replaced
     # prefix is overwritten in place: lookups see the old or the new entry)
+    pending = []
     for k in t.entries:
         if k not in new_entries:
             fam, table, net = k
             lpm = t.lpms.get((fam, table))
             if lpm is not None:
-                lpm.delete(net)
+                pending.append((lpm, net, 0))
     t.entries = new_entries
     t.strict_entries = new_strict
     t.dst_routes = {e.dst: e.route for e in new_entries.values()}
@@ -528,12 +563,40 @@ def compile_tables(state, old: Tables | None = None) -> Tables:
         fam, table, net = k
         lpm = t.lpms.get((fam, table))
         if lpm is None:
-            lpm = t.lpms[(fam, table)] = Lpm(fam)
-        lpm.add(net, new_entries[k].dst)
+            lpm = t.lpms[(fam, table)] = t.new_lpm(fam)
+        pending.append((lpm, net, new_entries[k].dst))
+    t.lpm_pending = pending
+    if not defer_lpm:
+        apply_lpm(t)
     _compile_rules(t, state)
     t.strict6 = _strict_rows(t, state, strict, new_entries, new_strict)
     _seg6local_slots(t)
     return t
+
+
+def reserve_lpm(t: Tables) -> bool:
+    """Make room in each LPM for the groups its pending adds may take
+    (``t.lpm_pending``), so that applying them never replaces a ``groups``
+    array readers use.  True when some LPM's ``groups`` was replaced."""
+    need = {}
+    for lpm, net, value in t.lpm_pending:
+        if value:
+            n = need.get(id(lpm), (lpm, 0))[1]
+            need[id(lpm)] = (lpm, n + lpm.groups_needed(net.prefixlen))
+    return any([lpm.reserve(n) for lpm, n in need.values()])
+
+
+def apply_lpm(t: Tables) -> None:
+    """The pending LPM changes, in order (deletes first, then adds): each
+    entry a reader can see is written by one atomic store (see _lpm.pyx),
+    so a concurrent lookup gets the old or the new route, never a torn
+    one; groups freed go to limbo when ``t.defer``."""
+    pending, t.lpm_pending = t.lpm_pending, []
+    for lpm, net, value in pending:
+        if value:
+            lpm.add(net, value)
+        else:
+            lpm.delete(net)
 
 
 def _compile_rules(t: Tables, state) -> None:
@@ -723,9 +786,8 @@ def reduce_srh(srh: bytes) -> bytes:
 def _blob_put(t: Tables, e: _Entry, rec, srh: bytes) -> None:
     """An SRH template into the blob, at an offset that stays the entry's."""
     off = t.blob_pool.alloc(len(srh))
-    if off + len(srh) > len(t.blob):
-        t.blob.extend(bytes(off + len(srh) - len(t.blob)))
-    t.blob[off:off + len(srh)] = srh
+    t.blob = t._grown(t.blob, off + len(srh))
+    t.blob[off:off + len(srh)] = np.frombuffer(srh, dtype=np.uint8)
     rec["srh_off"] = off
     rec["srh_len"] = len(srh)
     e.blob = (off, len(srh))
@@ -795,28 +857,45 @@ def _compile_seg6local(t: Tables, state, entries) -> None:
         e.s6l = t.s6l_pool.alloc(1)
         t.dsts[e.dst]["encap"] = e.s6l
         t.s6l_recs[e.s6l] = rec
+        t.s6l_arr = t._grown(t.s6l_arr, e.s6l + 1)
+        t.s6l_arr[e.s6l] = rec
         while len(t.s6l_routes) <= e.s6l:
             t.s6l_routes.append(None)
         t.s6l_routes[e.s6l] = e.route
     t.hmac_keys = _hmac_key_records(state)
 
 
-def _seg6local_slots(t: Tables) -> None:
-    """The S6L array of this snapshot, with the LPM slots of the tables
-    the records name (slots are renumbered whenever tables come and go)."""
-    slot6 = {tb: k for k, tb in enumerate(t.slots.get(6, []))}
-    slot4 = {tb: k for k, tb in enumerate(t.slots.get(4, []))}
-    s6l = np.zeros(t.s6l_pool.end, dtype=S6L_DTYPE)
-    for k, rec in t.s6l_recs.items():
-        s6l[k] = rec
+def _seg6local_slots(t: Tables, made=None) -> None:
+    """The LPM slots of the tables seg6local records name, written into
+    the records of the entries ``made`` (None: all).  Slots are renumbered
+    when tables come and go: then every record is rewritten, into a new
+    array (a Dataplane's workers on the previous snapshot keep the one
+    numbered for it).  ``s6l`` and ``srh_blob`` view the arrays, no copy."""
+    slots = (tuple(t.slots.get(6, [])), tuple(t.slots.get(4, [])))
+    if slots != t.s6l_slots or made is None:
+        if t.s6l_slots is not None and slots != t.s6l_slots:
+            t.s6l_arr = _copied(t, t.s6l_arr)
+        todo = list(t.s6l_recs)
+        t.s6l_slots = slots
+    else:
+        todo = [e.s6l for e in made if e.s6l >= 0]
+    slot6 = {tb: k for k, tb in enumerate(slots[0])}
+    slot4 = {tb: k for k, tb in enumerate(slots[1])}
+    for k in todo:
         enc = t.s6l_routes[k].encap
         if _encap_type(enc) != ENCAP_SEG6LOCAL:
             continue
         table = enc.table if enc.table is not None else enc.vrftable
-        s6l[k]["slot6"] = slot6.get(table, -1) if table is not None else -1
-        s6l[k]["slot4"] = slot4.get(table, -1) if table is not None else -1
-    t.s6l = s6l
-    t.srh_blob = np.frombuffer(bytes(t.blob), dtype=np.uint8).copy()
+        t.s6l_arr[k]["slot6"] = slot6.get(table, -1) if table is not None else -1
+        t.s6l_arr[k]["slot4"] = slot4.get(table, -1) if table is not None else -1
+    t.s6l = t.s6l_arr[:t.s6l_pool.end]
+    t.srh_blob = t.blob[:max(t.blob_pool.end, 8)]
+
+
+def _copied(t: Tables, a: np.ndarray) -> np.ndarray:
+    c = t._zeros(len(a), a.dtype)
+    c[...] = a
+    return c
 
 
 # ---------------------------------------------------------------------------
@@ -865,7 +944,7 @@ def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> lis
     return ops
 
 
-def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
+def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = False) -> Tables:
     """Apply ``plan_delta``'s operations to ``t`` in place: the small tables
     (devices, addresses, neighbours, rules, seg6local parameters, strict
     rows) are rebuilt, the route entries, nexthop rows and LPM prefixes of
@@ -874,7 +953,10 @@ def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
     ``t.retired``) and a replaced prefix is overwritten in its LPM.
     ``prefixes``: those ``ops`` were planned for (None: unknown); when none
     of them holds a strict-interface destination and no table appears, the
-    strict rows stay as they are."""
+    strict rows stay as they are.  ``defer_lpm``: the LPM changes are not
+    made but left in ``t.lpm_pending`` for ``apply_lpm``, once readers
+    elsewhere know the new entries (a Dataplane's order: entries and rows
+    written, snapshot published, grace period, then the LPMs)."""
     _compile_small(t, state)
     need_strict = (prefixes is None
                    or any(k[0] == 6 and _holds_strict(k[2]) for k in prefixes)
@@ -921,23 +1003,27 @@ def update_tables(t: Tables, state, ops: list, prefixes=None) -> Tables:
     if need_strict:
         for e in new_strict.values():
             t.dst_routes[e.dst] = e.route
-    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)].copy()
+    t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)]
     # --- LPMs: removed prefixes first, then the new entries
+    pending = []
     for fam, table, net in gone:
         lpm = t.lpms.get((fam, table))
         if lpm is not None:
-            lpm.delete(net)
+            pending.append((lpm, net, 0))
     _compile_seg6local(t, state, made_entries)
     idx = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
     t.dfast[idx] = _fast_words(t.dsts[idx])
     for (fam, table, net), e in made:
         lpm = t.lpms.get((fam, table))
         if lpm is None:
-            lpm = t.lpms[(fam, table)] = Lpm(fam)
-        lpm.add(net, e.dst)
+            lpm = t.lpms[(fam, table)] = t.new_lpm(fam)
+        pending.append((lpm, net, e.dst))
+    t.lpm_pending = pending
+    if not defer_lpm:
+        apply_lpm(t)
     t.throw_tables = {k for k, n in t.throw_count.items() if n}
     _compile_rules(t, state)
     if need_strict:
         t.strict6 = _strict_rows(t, state, strict, t.entries, new_strict)
-    _seg6local_slots(t)
+    _seg6local_slots(t, made_entries)
     return t

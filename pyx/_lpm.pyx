@@ -60,6 +60,17 @@ cdef extern from *:
     """
     void fp_lpm_prefetch(const void* p) noexcept nogil
 
+# Every store into tbl24 or a group that a reader may see (a Dataplane's
+# workers read these arrays in shared memory while the control plane
+# updates them) is one aligned 32-bit store with release ordering: the
+# compiler may neither split it nor move the stores before it (a new
+# group's contents) after it.  On x86 this is a plain mov.
+cdef extern from *:
+    """
+    #define fp_lpm_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+    """
+    void fp_lpm_store(uint32_t* p, uint32_t v) noexcept nogil
+
 # Python-visible copies of the encoding constants.
 VALUE_MASK = LPM_VALUE_MASK
 DEPTH_SHIFT = LPM_DEPTH_SHIFT
@@ -77,6 +88,7 @@ cdef enum:
     M_NFREE = 2       # number of group indices on ``free_stack``
     M_HCAP = 3        # slots of the prefix hash (power of 2)
     M_HCOUNT = 4      # installed prefixes
+    M_NLIMBO = 5      # groups freed while deferring (``limbo``), not yet reusable
     M_SIZE = 8
     MAXLEVELS = 13    # IPv6 group levels: bytes 3..15
     MAX_HASH_CAP = 1 << 30
@@ -86,6 +98,7 @@ META_HWM = M_HWM
 META_NFREE = M_NFREE
 META_HCAP = M_HCAP
 META_HCOUNT = M_HCOUNT
+META_NLIMBO = M_NLIMBO
 META_SIZE = M_SIZE
 
 
@@ -94,6 +107,8 @@ cdef struct lpm_state:
     uint32_t* groups       # [cap * 256]
     uint32_t* meta
     uint32_t* free_stack   # [cap]
+    uint32_t* limbo        # [cap]: freed groups a reader may still be in
+    bint defer             # frees go to ``limbo`` (readers in other processes)
     uint32_t* hkeys        # [hcap * kw]: prefix address, kw big-endian words
     uint8_t* hdepth        # [hcap]
     uint32_t* hvals        # [hcap], 0 = empty slot
@@ -128,7 +143,15 @@ cdef inline uint32_t _alloc(lpm_state* s) noexcept nogil:
 
 cdef inline void _free(lpm_state* s, uint32_t g) noexcept nogil:
     # The group keeps its (uniform) contents, so a concurrent reader that
-    # already followed the old EXT entry still gets the right answer.
+    # already followed the old EXT entry still gets the right answer.  With
+    # readers elsewhere (``defer``) it must not be reused until they have
+    # all passed a quiescent state: it waits in limbo until
+    # LpmCore.release_deferred(), called after a grace period (as
+    # rte_lpm's RTE_LPM_QSBR_MODE_DQ defers tbl8 group frees).
+    if s.defer:
+        s.limbo[s.meta[M_NLIMBO]] = g
+        s.meta[M_NLIMBO] += 1
+        return
     s.free_stack[s.meta[M_NFREE]] = g
     s.meta[M_NFREE] += 1
 
@@ -155,7 +178,7 @@ cdef void _fill_range(lpm_state* s, uint32_t* p, uint32_t n, uint32_t new,
             _fill_range(s, s.groups + (<size_t>(e & LPM_VALUE_MASK) << 8),
                         LPM_GROUP_SIZE, new, depth)
         elif lpm_entry_depth(e) <= depth:
-            p[j] = new
+            fp_lpm_store(&p[j], new)
 
 
 cdef int _add(lpm_state* s, const uint8_t* key, uint32_t depth,
@@ -189,7 +212,7 @@ cdef int _add(lpm_state* s, const uint8_t* key, uint32_t depth,
             for j in range(LPM_GROUP_SIZE):
                 base[j] = e
             e = LPM_EXT | g
-            ent[0] = e
+            fp_lpm_store(ent, e)          # publishes the complete group
         base = s.groups + (<size_t>(e & LPM_VALUE_MASK) << 8)
         rem = depth - off
         if rem <= 8:
@@ -234,10 +257,10 @@ cdef void _del_range(lpm_state* s, uint32_t* p, uint32_t n, uint32_t depth,
             base = s.groups + (<size_t>g << 8)
             _del_range(s, base, LPM_GROUP_SIZE, depth, repl, child_off + 8)
             if _uniform(base, child_off):
-                p[j] = base[0]
+                fp_lpm_store(&p[j], base[0])
                 _free(s, g)
         elif lpm_entry_depth(e) == depth:
-            p[j] = repl
+            fp_lpm_store(&p[j], repl)
 
 
 cdef void _delete(lpm_state* s, const uint8_t* key, uint32_t depth,
@@ -283,7 +306,7 @@ cdef void _delete(lpm_state* s, const uint8_t* key, uint32_t depth,
         base = s.groups + (<size_t>g << 8)
         if not _uniform(base, path_off[lvl]):
             break
-        ent[0] = base[0]
+        fp_lpm_store(ent, base[0])
         _free(s, g)
 
 
@@ -551,13 +574,20 @@ cdef class LpmCore:
     """
     cdef readonly int family
     cdef readonly int maxdepth
-    cdef readonly object tbl24, groups, meta, free_stack
+    cdef readonly object tbl24, groups, meta, free_stack, limbo
     cdef readonly object hkeys, hdepth, hvals, dcount
     cdef readonly unsigned long generation
+    cdef readonly object alloc
+    # set while readers elsewhere use the arrays and have not been told of
+    # a new ``groups``: growing then is a bug (reserve() first), refused
+    cdef public bint frozen
     cdef lpm_state s
     cdef bint busy
 
-    def __cinit__(self, int family, Py_ssize_t groups_cap=64, Py_ssize_t hash_cap=64):
+    def __cinit__(self, int family, Py_ssize_t groups_cap=64, Py_ssize_t hash_cap=64, alloc=None):
+        """``alloc``: None, or ``alloc(shape, dtype)`` returning a zeroed
+        C-contiguous array, for the two arrays readers use (``tbl24``,
+        ``groups``): a Dataplane places them in shared memory this way."""
         if family != 4 and family != 6:
             raise ValueError("family must be 4 or 6")
         if groups_cap < 2 or groups_cap > MAX_GROUPS:
@@ -566,11 +596,13 @@ cdef class LpmCore:
             raise ValueError("hash_cap must be a power of 2")
         self.family = family
         self.maxdepth = 32 if family == 4 else 128
+        self.alloc = alloc
         kw = 1 if family == 4 else 4
-        # np.zeros: calloc, untouched pages of tbl24 cost nothing
-        self.tbl24 = np.zeros(LPM_TBL24_SIZE, dtype=np.uint32)
-        self.groups = np.zeros((groups_cap, LPM_GROUP_SIZE), dtype=np.uint32)
+        # zeroed: calloc (or a new shared segment), untouched pages of tbl24 cost nothing
+        self.tbl24 = self._zeros((LPM_TBL24_SIZE,))
+        self.groups = self._zeros((groups_cap, LPM_GROUP_SIZE))
         self.free_stack = np.zeros(groups_cap, dtype=np.uint32)
+        self.limbo = np.zeros(groups_cap, dtype=np.uint32)
         self.meta = np.zeros(M_SIZE, dtype=np.uint32)
         self.hkeys = np.zeros((hash_cap, kw), dtype=np.uint32)
         self.hdepth = np.zeros(hash_cap, dtype=np.uint8)
@@ -580,13 +612,24 @@ cdef class LpmCore:
         self.meta[M_HWM] = 1
         self.meta[M_HCAP] = hash_cap
         self.s.kw = kw
+        self.s.defer = False
         self._bind()
+
+    cdef _zeros(self, shape):
+        if self.alloc is None:
+            return np.zeros(shape, dtype=np.uint32)
+        a = self.alloc(shape, np.uint32)
+        if (not isinstance(a, np.ndarray) or a.dtype != np.uint32 or a.shape != tuple(shape)
+                or not a.flags.c_contiguous or not a.flags.writeable):
+            raise TypeError(f"alloc must return a writeable C-contiguous uint32 array of shape {shape}")
+        return a
 
     cdef _bind(self):
         cdef uint32_t[::1] t = self.tbl24
         cdef uint32_t[:, ::1] g = self.groups
         cdef uint32_t[::1] m = self.meta
         cdef uint32_t[::1] f = self.free_stack
+        cdef uint32_t[::1] lb = self.limbo
         cdef uint32_t[:, ::1] hk = self.hkeys
         cdef uint8_t[::1] hd = self.hdepth
         cdef uint32_t[::1] hv = self.hvals
@@ -595,10 +638,65 @@ cdef class LpmCore:
         self.s.groups = &g[0, 0]
         self.s.meta = &m[0]
         self.s.free_stack = &f[0]
+        self.s.limbo = &lb[0]
         self.s.hkeys = &hk[0, 0]
         self.s.hdepth = &hd[0]
         self.s.hvals = &hv[0]
         self.s.dcount = &dc[0]
+
+    # --- deferred reclamation (readers in other processes) ---------------
+
+    @property
+    def defer_free(self):
+        """Whether freed groups wait in limbo for ``release_deferred``."""
+        return bool(self.s.defer)
+
+    @defer_free.setter
+    def defer_free(self, bint on):
+        if not on:
+            self.release_deferred()
+        self.s.defer = on
+
+    @property
+    def groups_deferred(self):
+        """Groups freed but not yet reusable (in limbo)."""
+        return self.s.meta[M_NLIMBO]
+
+    def release_deferred(self):
+        """Make the groups in limbo reusable: call only once no reader can
+        still be inside one (after a grace period that began after they
+        were freed).  Returns how many were released."""
+        cdef uint32_t i, n = self.s.meta[M_NLIMBO]
+        self._enter()
+        try:
+            for i in range(n):
+                self.s.free_stack[self.s.meta[M_NFREE]] = self.s.limbo[i]
+                self.s.meta[M_NFREE] += 1
+            self.s.meta[M_NLIMBO] = 0
+        finally:
+            self.busy = False
+        return n
+
+    def groups_needed(self, depth):
+        """Upper bound of the new groups one add of this depth may take."""
+        if depth < 0 or depth > self.maxdepth:
+            raise ValueError(f"prefix length must be in 0..{self.maxdepth}, not {depth}")
+        return _levels_needed(depth)
+
+    def reserve(self, Py_ssize_t n):
+        """Grow ``groups`` now, if fewer than ``n`` free groups remain, so
+        that adds needing at most ``n`` groups in all never replace the
+        array.  Returns True when it grew (``groups`` is a new array)."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if _avail(&self.s) >= n:
+            return False
+        self._enter()
+        try:
+            self._grow_groups(n)
+        finally:
+            self.busy = False
+        return True
 
     cdef _grow(self, int need, uint32_t depth):
         """Make room after _room() returned ``need``."""
@@ -609,16 +707,8 @@ cdef class LpmCore:
         cdef uint8_t[::1] hd
         cdef uint32_t[::1] hv
         if need == NEED_GROUPS:
-            cap = self.s.meta[M_CAP]
-            new = min(max(2 * cap, cap + _levels_needed(depth)), MAX_GROUPS)
-            if new - cap + _avail(&self.s) < _levels_needed(depth):
-                raise MemoryError(f"LPM table full ({MAX_GROUPS} groups)")
-            groups = np.zeros((new, LPM_GROUP_SIZE), dtype=np.uint32)
-            groups[:cap] = self.groups
-            free_stack = np.zeros(new, dtype=np.uint32)
-            free_stack[:cap] = self.free_stack
-            self.groups, self.free_stack = groups, free_stack
-            self.meta[M_CAP] = new
+            self._grow_groups(_levels_needed(depth))
+            return
         elif need == NEED_SLOTS:
             hcap = self.s.meta[M_HCAP]
             if 2 * <Py_ssize_t>hcap > MAX_HASH_CAP:
@@ -645,6 +735,26 @@ cdef class LpmCore:
                     _hput(&ns, slot, self.s.hkeys + <size_t>i * self.s.kw,
                           self.s.hdepth[i], self.s.hvals[i])
             self.hkeys, self.hdepth, self.hvals = hkeys, hdepth, hvals
+        self.generation += 1
+        self._bind()
+
+    cdef _grow_groups(self, Py_ssize_t want):
+        """Room for ``want`` more groups: a new ``groups`` array (doubled at
+        least; from ``alloc`` when given), the old one copied in."""
+        cdef Py_ssize_t cap = self.s.meta[M_CAP]
+        if self.frozen:
+            raise RuntimeError("LPM groups full while frozen: reserve() before updates readers see")
+        cdef Py_ssize_t new = min(max(2 * cap, cap - _avail(&self.s) + want), MAX_GROUPS)
+        if new - cap + _avail(&self.s) < want:
+            raise MemoryError(f"LPM table full ({MAX_GROUPS} groups)")
+        groups = self._zeros((new, LPM_GROUP_SIZE))
+        groups[:cap] = self.groups
+        free_stack = np.zeros(new, dtype=np.uint32)
+        free_stack[:cap] = self.free_stack
+        limbo = np.zeros(new, dtype=np.uint32)
+        limbo[:cap] = self.limbo
+        self.groups, self.free_stack, self.limbo = groups, free_stack, limbo
+        self.meta[M_CAP] = new
         self.generation += 1
         self._bind()
 
@@ -794,7 +904,7 @@ cdef class LpmCore:
 
     @property
     def groups_in_use(self):
-        return self.s.meta[M_HWM] - 1 - self.s.meta[M_NFREE]
+        return self.s.meta[M_HWM] - 1 - self.s.meta[M_NFREE] - self.s.meta[M_NLIMBO]
 
     def items(self):
         """(keys uint32[n, kw] big-endian words, depths uint8[n], values

@@ -433,7 +433,7 @@ cdef void pre_second(ctx_t* c, pre_t* pre, int n, const uint32_t* iif) noexcept 
         asked += 1
         if not c.rcache_on:
             c.rcache_misses += 1
-            pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL, 0)
+            pre[j].rt2 = fib6_walk(c, pre[j].key2, pre[j].saddr, iif[j], &pre[j].m2, NULL, 0, -1)
         elif not bypass and rcache_get(c, rcache_bucket(c, pre[j].key2), pre[j].key2, &v):
             pre[j].rt2 = v & 0xFFFFFF
             pre[j].m2 = v >> 24

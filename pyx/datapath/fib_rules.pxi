@@ -15,7 +15,7 @@ cdef inline bint rule_match(const fp_rule* r, const uint8_t* saddr, const uint8_
 
 cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
                         uint32_t iif, uint32_t* nmiss, pkt_t* hold,
-                        uint32_t sdev) noexcept nogil:
+                        uint32_t sdev, int64_t after_table) noexcept nogil:
     """fib6_rule_lookup: walk the rules by preference; a table miss (the null
     entry) or a throw route goes on to the next rule; no match at all gives
     ip6_null_entry.  ``nmiss`` counts the tables that missed.  With ``hold``
@@ -23,13 +23,23 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
     for that packet as it is found, and one that cannot be held counts as a
     miss, as ip6_hold_safe falling back to the null entry.  ``sdev``: a
     strict-interface lookup (RT6_LOOKUP_F_IFACE) on that device, each
-    table through fib6_table_strict()."""
+    table through fib6_table_strict().  ``after_table`` (>= 0): the walk
+    goes on after the first rule to that table, whose route could not be
+    held (ip6_hold_safe gave the null entry, fib6_rule_action put it and
+    tried the next rule): the rules before it and its table are not looked
+    at again -- their tables may have changed since."""
     cdef uint32_t k, v
     cdef const fp_rule* r
     nmiss[0] = 0
     for k in range(c.nrules6):
         r = &c.rules6[k]
         if not rule_match(r, saddr, daddr, iif):
+            continue
+        if after_table >= 0:
+            if r.action == FR_ACT_TO_TBL and <int64_t>r.table == after_table:
+                after_table = -1
+                if hold != NULL:
+                    null_hold_put(c, 1)
             continue
         tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:

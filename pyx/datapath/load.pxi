@@ -212,9 +212,11 @@ cdef class Datapath:
         if (not isinstance(strict6, np.ndarray) or not strict6.flags.c_contiguous
                 or strict6.dtype != np.uint8 or strict6.ndim != 2 or strict6.shape[1] != sizeof(fp_strict)):
             raise TypeError(f"strict6: expected a C-contiguous array of {sizeof(fp_strict)}-byte records")
-        for k in range(len(strict6)):
-            if strict6[k, 16:20].view(np.uint32)[0] >= len(dsts) or strict6[k, 28] > 128:
-                raise ValueError(f"strict6[{k}]: route entry or prefix length out of range")
+        if len(strict6):
+            bad = np.flatnonzero((strict6[:, 16:20].copy().view(np.uint32)[:, 0] >= len(dsts))
+                                 | (strict6[:, 28] > 128))
+            if len(bad):
+                raise ValueError(f"strict6[{bad[0]}]: route entry or prefix length out of range")
         refs.append(strict6)
         if dfast is None:
             dfast = np.zeros(len(dsts), dtype=np.uint32)
@@ -275,9 +277,9 @@ cdef class Datapath:
         if (not isinstance(hmac_keys, np.ndarray) or hmac_keys.dtype != np.uint8 or hmac_keys.ndim != 2
                 or hmac_keys.shape[1] != sizeof(fp_hmac_key)):
             raise TypeError(f"hmac_keys: expected an array of {sizeof(fp_hmac_key)}-byte records")
-        for k in range(len(s6l)):
-            if s6l[k, 20:24].view(np.uint32)[0] + s6l[k, 24:26].view(np.uint16)[0] > len(srh_blob):
-                raise ValueError("s6l: SRH template outside the blob")
+        if len(s6l) and np.any(s6l[:, 20:24].copy().view(np.uint32)[:, 0].astype(np.int64)
+                               + s6l[:, 24:26].copy().view(np.uint16)[:, 0] > len(srh_blob)):
+            raise ValueError("s6l: SRH template outside the blob")
         # a private copy: headend records get their tunnel source resolved
         # below, once per configuration instead of once per packet
         s6l = np.array(s6l, copy=True)
@@ -333,13 +335,7 @@ cdef class Datapath:
         self.c.msgs_burst = icmp_msgs_burst
         # the route caches: valid for these tables only; keyed by destination
         # only, so off when a rule looks at the source or the interface
-        self.c.rcache_gen += 1
-        if self.c.rcache_gen == 0:
-            memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
-            memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
-            memset(self.tcache_buf, 0, sizeof(self.tcache_buf))
-            self.c.last_gen = 0
-            self.c.rcache_gen = 1
+        self._new_cache_generation()
         r6 = rules6.reshape(-1, sizeof(fp_rule)) if len(rules6) else rules6
         self.c.rcache_on = not any(int(r6[k, 9]) or int(r6[k, 11]) for k in range(len(r6)))
         self.c.pre_bypass = False
@@ -351,6 +347,20 @@ cdef class Datapath:
         self.c.hop_limit = hop_limit
         self.refs = refs
         _resolve_headend_sources(&self.c, <fp_s6l*>cnp.PyArray_DATA(s6l))
+
+    cdef _new_cache_generation(self):
+        self.c.rcache_gen += 1
+        if self.c.rcache_gen == 0:
+            memset(self.rcache_buf, 0, sizeof(self.rcache_buf))
+            memset(self.rcache4_buf, 0, sizeof(self.rcache4_buf))
+            memset(self.tcache_buf, 0, sizeof(self.tcache_buf))
+            self.c.last_gen = 0
+            self.c.rcache_gen = 1
+
+    def flush_route_caches(self):
+        """Forget every cached lookup (as a load() does): the LPMs it reads
+        were changed in place (a Dataplane worker, told between batches)."""
+        self._new_cache_generation()
 
     cdef _own_pcpu(self, Py_ssize_t n):
         pc = np.zeros((n, sizeof(fp_pcpu)), dtype=np.uint8)

@@ -34,7 +34,7 @@ cdef inline uint32_t icmp6_route_lookup(ctx_t* c, const pkt_t* p, const uint8_t*
     cdef uint32_t rt
     if rt6_need_strict(daddr):
         rt = fib6_walk(c, daddr, saddr, c.lo_ifindex, nmiss, NULL,
-                       p.iif if in6_is_linklocal(daddr) else 0)
+                       p.iif if in6_is_linklocal(daddr) else 0, -1)
         dst_use(c, rt)
         return rt
     return fib6_lookup(c, daddr, saddr, c.lo_ifindex, nmiss)
@@ -122,7 +122,7 @@ cdef inline uint32_t fib6_cached_as(ctx_t* c, const uint8_t* daddr, const uint8_
     cdef uint32_t rt, v
     if not c.rcache_on or tracing:
         c.rcache_misses += 1
-        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif if rt6_need_strict(daddr) else 0)
+        return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif if rt6_need_strict(daddr) else 0, -1)
     e = rcache_bucket(c, daddr)
     if not rcache_get(c, e, daddr, &v):
         c.rcache_misses += 1
@@ -130,8 +130,8 @@ cdef inline uint32_t fib6_cached_as(ctx_t* c, const uint8_t* daddr, const uint8_
             # ip6_route_input_lookup(): on the ingress device only; the
             # answer depends on it, so it is never cached (and a strict
             # destination never hits: nothing puts one in the cache)
-            return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif)
-        rt = fib6_walk(c, daddr, saddr, iif, &v, NULL, 0)
+            return fib6_walk(c, daddr, saddr, iif, nmiss, NULL, iif, -1)
+        rt = fib6_walk(c, daddr, saddr, iif, &v, NULL, 0, -1)
         rcache_put(c, e, daddr, rt, v)
         v = (v << 24) | rt
     nmiss[0] = v >> 24

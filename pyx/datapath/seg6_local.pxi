@@ -30,7 +30,7 @@ cdef uint32_t seg6_lookup(ctx_t* c, pkt_t* p, const uint8_t* nhaddr, int32_t slo
             if not dst_hold_pkt(c, p, rt):
                 c.hold_fail += 1
                 rt = fib6_walk(c, daddr, ip6 + 8, p.iif, &nmiss, p,
-                               p.iif if rt6_need_strict(daddr) else 0)
+                               p.iif if rt6_need_strict(daddr) else 0, c.dsts[rt].table)
                 if rt == DST_IP6_NULL:
                     dst_hold_pkt(c, p, rt)
     elif slot < 0 or <uint32_t>slot >= c.nlpm6:
