@@ -368,7 +368,7 @@ class _Worker:
         if no == self.snap_no:
             self.dp.flush_route_caches()
         else:
-            snap = _Mapped(f"{self.prefix}s{no}")
+            snap = _Mapped(f"{self.prefix}snap{no}")
             arr, lpm6, lpm4, meta = _read_snapshot(snap.buf, self._segment)
             self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"],
                          arr["rules6"], arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"],
@@ -736,7 +736,7 @@ class Dataplane:
         t = self._tables
         reserve_lpm(t)
         self._snap_no += 1
-        name = f"{self.prefix}s{self._snap_no}"
+        name = f"{self.prefix}snap{self._snap_no}"
         shm, named = _write_snapshot(name, t, self._arena, load_kwargs(self.state, t),
                                      dict(t.ifindex), dict(t.ifnames))
         self._segments[name] = shm
@@ -744,7 +744,11 @@ class Dataplane:
         self._bump_seq()
         if self._procs:
             self.synchronize()
-        for old in [n for n in self._segments if n.startswith(self.prefix + "s") and n != name]:
+        # (by exact name: the stage segments' names begin with an "s" too,
+        # and unlinking those under a batch in flight broke it)
+        for old in [n for n in self._segments
+                    if n.startswith(self.prefix + "snap") and n[len(self.prefix) + 4:].isdigit()
+                    and n != name]:
             self._unlink(old)
         live = named | self._arena_live()
         for seg in [n for n in self._arena.segs if n not in live]:
