@@ -70,6 +70,96 @@ def bench_fastpath(n: int, repeat: int, batch: int) -> dict:
 
 
 # ---------------------------------------------------------------------------
+# a running Dataplane: its tables changed in place while its workers forward
+
+DP_BASE = BASE + ("ip -6 addr add 2001:db8:9::1/64 dev eth1\n"
+                  f"ip -6 neigh add {GW[0]} lladdr 02:00:00:00:00:02 dev eth0\n"
+                  f"ip -6 neigh add {GW[1]} lladdr 02:00:00:00:00:03 dev eth0\n")
+
+
+def _frames(n_routes: int, count: int = 256, seed: int = 1) -> list:
+    """Ethernet frames, IPv6/UDP from eth1's network to addresses in
+    ``count`` random routes of the table."""
+    import ipaddress
+    import random
+    rng = random.Random(seed)
+    src = ipaddress.IPv6Address("2001:db8:9::2").packed
+    out = []
+    for _ in range(count):
+        net = ipaddress.IPv6Network(prefix(rng.randrange(n_routes)))
+        dst = (net.network_address + rng.randrange(1, 1 << 16)).packed
+        ip6 = bytes([0x60, 0, 0, 0, 0, 16, 17, 64]) + src + dst
+        out.append(bytes.fromhex("020000000001020000000009") + b"\x86\xdd" + ip6
+                   + bytes([0x30, 0x39, 0x00, 0x35, 0, 16, 0, 0]) + b"fastpath")
+    return out
+
+
+def _rate(res) -> float:
+    """Packets per second over the workers of one Dataplane.bench."""
+    return sum(r["packets"] / r["wall_s"] for r in res if r["wall_s"] > 0)
+
+
+def bench_dataplane(n: int, repeat: int, batch: int, duration: float, workers: int,
+                    modes=("noref", "refcount")) -> dict:
+    """Load the table into a ``workers``-worker Dataplane, time single
+    replaces, then in each mode: the forwarding rate alone for
+    ``duration`` seconds, and again while this process applies batches of
+    ``batch`` replaces as fast as it can (changes/s reported)."""
+    import threading
+
+    from fastpath import Dataplane
+    from fastpath.reasons import REASON_IDS
+    text = DP_BASE + routes_text(n)
+    t0 = time.perf_counter()
+    dp = Dataplane(text, workers=workers, mode=modes[0], max_routes=max(1 << 16, 2 * n + 4096),
+                   check_gen=True)
+    try:
+        load = time.perf_counter() - t0
+        one = []
+        for i in range(repeat):
+            line = f"ip -6 route replace {prefix((i * 7919) % n)} via {GW[(i + 1) % 2]}\n"
+            one.append(_timed(lambda: dp.configure(line)))
+        frames = _frames(n)
+        out = {"routes": n, "workers": workers, "load_s": load,
+               "load_routes_per_s": n / load if load else None,
+               "replace_one_median_s": statistics.median(one), "replace_one_runs_s": one,
+               "batch": min(batch, n), "duration_s": duration, "modes": {}}
+        flip = 0
+        for mode in modes:
+            dp.set_mode(mode)
+            alone = dp.bench(frames, "eth1", duration=duration)
+            got = {}
+            th = threading.Thread(target=lambda: got.setdefault(
+                "res", dp.bench(frames, "eth1", duration=duration, start_delay=0.05)))
+            changes = configures = 0
+            th.start()
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            while th.is_alive():
+                m = min(batch, n)
+                flip += 1
+                dp.configure("".join(f"ip -6 route replace {prefix((j * 7919 + flip) % n)} "
+                                     f"via {GW[flip % 2]}\n" for j in range(m)))
+                changes += m
+                configures += 1
+            elapsed = time.perf_counter() - t0
+            th.join()
+            res = got["res"]
+            c = dp.counters()
+            out["modes"][mode] = {
+                "forward_pps_alone": _rate(alone), "forward_pps_during_churn": _rate(res),
+                "changes": changes, "configures": configures, "churn_s": elapsed,
+                "changes_per_s": changes / elapsed if elapsed else None,
+                "route_dead": sum(r["reasons"][REASON_IDS["route_dead"]] for r in res),
+                "hold_fail": sum(r["hold_fail"] for r in res),
+                "gen_violations": c["gen_violations"],
+                "packets_accounted": sum(sum(r["reasons"]) for r in res) == sum(r["packets"] for r in res)}
+        return out
+    finally:
+        dp.close()
+
+
+# ---------------------------------------------------------------------------
 class _Netns:
     """A throwaway network namespace with one dummy device (deleted on
     every exit path: context manager, atexit-like signal handling)."""
@@ -177,6 +267,19 @@ def print_report(res):
                   f"{x['load_routes_per_s'] or 0:>10.0f} {_fmt_s(x['replace_one_median_s']):>11} "
                   f"{x['batch']:>6} {_fmt_s(x['replace_batch_s']):>11} "
                   f"{x['replace_batch_routes_per_s'] or 0:>10.0f}")
+    dps = [row["dataplane"] for row in res["results"] if row.get("dataplane")]
+    if dps:
+        print(f"\nDataplane ({dps[0]['workers']} workers), changed in place while forwarding "
+              f"(batches of {dps[0]['batch']} replaces, {dps[0]['duration_s']:g} s per mode)")
+        print(f"{'routes':>8}  {'load':>9} {'1 replace':>10}  {'mode':<8} {'changes/s':>10} "
+              f"{'fwd alone':>11} {'fwd churn':>11} {'route_dead':>10} {'hold_fail':>9} {'gen viol':>8}")
+        for x in dps:
+            for k, (mode, m) in enumerate(x["modes"].items()):
+                head = (f"{x['routes']:>8}  {_fmt_s(x['load_s']):>9} {_fmt_s(x['replace_one_median_s']):>10}"
+                        if k == 0 else " " * 30)
+                print(f"{head}  {mode:<8} {m['changes_per_s'] or 0:>10.0f} "
+                      f"{m['forward_pps_alone'] / 1e6:>8.2f} Mpps {m['forward_pps_during_churn'] / 1e6:>6.2f} Mpps "
+                      f"{m['route_dead']:>10} {m['hold_fail']:>9} {m['gen_violations']:>8}")
     if res["kernel"] is not None:
         print(f"kernel: not run ({res['kernel']})")
     else:
@@ -211,6 +314,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1000, metavar="B",
                     help="replaces in one configure (default 1000)")
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel comparison")
+    ap.add_argument("--dataplane", action="store_true",
+                    help="also a running Dataplane: load, one replace, and batches of replaces "
+                         "applied while its workers forward (rates with and without)")
+    ap.add_argument("--workers", type=int, default=2, metavar="W",
+                    help="workers of the --dataplane runs (default 2)")
+    ap.add_argument("--duration", type=float, default=2.0, metavar="S",
+                    help="seconds of forwarding per --dataplane mode and phase (default 2)")
     ap.add_argument("--quick", action="store_true", help="sizes 200,2000, repeat 5, batch 100")
     ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
     try:
@@ -219,6 +329,10 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     if args.quick:
         args.sizes, args.repeat, args.batch = [200, 2000], 5, 100
+    if not 1 <= args.workers <= 256 or not 0.1 <= args.duration <= 600:
+        print(f"{ap.prog}: error: --workers must be in 1..256 and --duration in 0.1..600",
+              file=sys.stderr)
+        return 2
     if not 1 <= args.repeat <= 10000 or not 1 <= args.batch <= 1 << 20:
         print(f"{ap.prog}: error: --repeat must be in 1..10000 and --batch in 1..{1 << 20}",
               file=sys.stderr)
@@ -226,11 +340,16 @@ def main(argv=None) -> int:
     why_not = "--no-kernel" if args.no_kernel else kernel_available()
     res = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                        "platform": platform.platform()},
-           "config": {"sizes": args.sizes, "repeat": args.repeat, "batch": args.batch},
+           "config": {"sizes": args.sizes, "repeat": args.repeat, "batch": args.batch,
+                      "dataplane": args.dataplane, "workers": args.workers,
+                      "duration": args.duration},
            "kernel": why_not, "results": []}
     try:
         for n in args.sizes:
             row = {"routes": n, "fastpath": bench_fastpath(n, args.repeat, args.batch)}
+            if args.dataplane:
+                row["dataplane"] = bench_dataplane(n, args.repeat, args.batch, args.duration,
+                                                   args.workers)
             if why_not is None:
                 row["kernel"] = bench_kernel(n, args.repeat, args.batch)
             res["results"].append(row)
