@@ -204,13 +204,17 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
             else:
                 prefixes.update(dict.fromkeys(more))
         ops = None if full else plan_delta(tables, st, prefixes, env_changed)
+        # the small tables are rebuilt only when something in them changed
+        small = (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
+                 st.sysctls) != saved
         routes_before = dict(st.routes) if full else None
     except BaseException:
         st.rollback(saved)
         raise
     st.commit()
     if ops is not None:
-        update_tables(tables, st, ops, None if env_changed else prefixes, defer_lpm=defer_lpm)
+        update_tables(tables, st, ops, None if env_changed else prefixes, defer_lpm=defer_lpm,
+                      small=small)
     else:
         try:
             compile_tables(st, tables, defer_lpm=defer_lpm)

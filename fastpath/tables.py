@@ -944,7 +944,8 @@ def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> lis
     return ops
 
 
-def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = False) -> Tables:
+def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = False,
+                  small: bool = True) -> Tables:
     """Apply ``plan_delta``'s operations to ``t`` in place: the small tables
     (devices, addresses, neighbours, rules, seg6local parameters, strict
     rows) are rebuilt, the route entries, nexthop rows and LPM prefixes of
@@ -956,8 +957,12 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
     strict rows stay as they are.  ``defer_lpm``: the LPM changes are not
     made but left in ``t.lpm_pending`` for ``apply_lpm``, once readers
     elsewhere know the new entries (a Dataplane's order: entries and rows
-    written, snapshot published, grace period, then the LPMs)."""
-    _compile_small(t, state)
+    written, snapshot published, grace period, then the LPMs).  ``small``
+    False: the devices, addresses, neighbours, rules, sysctls and keys did
+    not change, their tables stay as they are (unless a table appears)."""
+    nlpms = len(t.lpms)
+    if small:
+        _compile_small(t, state)
     need_strict = (prefixes is None
                    or any(k[0] == 6 and _holds_strict(k[2]) for k in prefixes)
                    or any(op == "install" and k[:2] not in t.lpms for op, k, _r, _s in ops))
@@ -1011,8 +1016,9 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
         if lpm is not None:
             pending.append((lpm, net, 0))
     _compile_seg6local(t, state, made_entries)
-    idx = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
-    t.dfast[idx] = _fast_words(t.dsts[idx])
+    if made_entries:
+        idx = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
+        t.dfast[idx] = _fast_words(t.dsts[idx])
     for (fam, table, net), e in made:
         lpm = t.lpms.get((fam, table))
         if lpm is None:
@@ -1022,7 +1028,8 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
     if not defer_lpm:
         apply_lpm(t)
     t.throw_tables = {k for k, n in t.throw_count.items() if n}
-    _compile_rules(t, state)
+    if small or len(t.lpms) != nlpms:
+        _compile_rules(t, state)
     if need_strict:
         t.strict6 = _strict_rows(t, state, strict, t.entries, new_strict)
     _seg6local_slots(t, made_entries)
