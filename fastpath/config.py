@@ -1303,6 +1303,10 @@ class State:
         self.hmac_keys = dict(self.hmac_keys)
         self.sysctls = dict(self.sysctls)
         self.routes.begin()
+        # what addresses resolve to (a gateway's device, whether it is ours)
+        # is looked up per route line: cached during the transaction, and
+        # emptied by every command that is not a route (see _ip)
+        self._addrc = {}
         return saved
 
     def run(self, text: str):
@@ -1313,10 +1317,12 @@ class State:
     def commit(self) -> list:
         """End the transaction: (route key, before, after) of the routes it
         changed (None: absent), see RouteTable.pending."""
+        self._addrc = None
         return self.routes.commit()
 
     def rollback(self, saved):
         """Undo everything since ``begin`` (which returned ``saved``)."""
+        self._addrc = None
         (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
          self.sysctls) = saved
         self.routes.rollback()
@@ -1447,7 +1453,15 @@ class State:
                         self.routes[k] = r
 
     def _is_local_addr(self, a) -> bool:
-        return any(x.ip == a for itf in self.interfaces.values() for x in itf.addrs)
+        c = self.__dict__.get("_addrc")
+        if c is not None:
+            v = c.get(("local", a))
+            if v is not None:
+                return v
+        v = any(x.ip == a for itf in self.interfaces.values() for x in itf.addrs)
+        if c is not None:
+            c[("local", a)] = v
+        return v
 
     # -- dispatch -------------------------------------------------------------
     def _exec(self, toks: list):
@@ -1462,6 +1476,8 @@ class State:
         elif cmd in self._BATCH_OBJECTS:   # an ``ip -batch`` line: no leading 'ip'
             self._ip(toks)
         elif base == "sysctl":
+            if self.__dict__.get("_addrc"):
+                self._addrc = {}          # (a sysctl may take addresses away)
             self._sysctl(toks[1:])
         else:
             raise _err(f"unknown command '{cmd}' (expected 'ip' or 'sysctl')", cmd)
@@ -1515,10 +1531,22 @@ class State:
         objtok = args[i]
         obj = _matches(objtok, self._IP_OBJECTS)
         rest = args[i + 1:]
+        if obj == "route":
+            self._ip_route(fam, rest)
+            return
+        # anything else may change devices or addresses: the address cache
+        # of the transaction (begin) goes, before and after
+        if self.__dict__.get("_addrc"):
+            self._addrc = {}
+        try:
+            self._ip_other(obj, objtok, fam, rest)
+        finally:
+            if self.__dict__.get("_addrc"):
+                self._addrc = {}
+
+    def _ip_other(self, obj, objtok, fam, rest):
         if obj == "address":
             self._ip_addr(fam, rest)
-        elif obj == "route":
-            self._ip_route(fam, rest)
         elif obj == "rule":
             self._ip_rule(fam, rest)
         elif obj in ("neighbor", "neighbour"):

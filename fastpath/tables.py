@@ -384,12 +384,24 @@ def _usable(route, state) -> bool:
 
 def _resolve_dev(state, gw):
     """The device of a gateway given without ``dev``: the interface whose
-    connected prefix contains it (as the kernel's nexthop validation)."""
+    connected prefix contains it (as the kernel's nexthop validation);
+    cached while the State's transaction holds its address cache."""
+    c = getattr(state, "_addrc", None)
+    if c is not None:
+        dev = c.get(("dev", gw), False)
+        if dev is not False:
+            return dev
+    dev = None
     for itf in state.interfaces.values():
         for a in itf.addrs:
             if a.version == gw.version and gw in a.network and itf.up:
-                return itf.name
-    return None
+                dev = itf.name
+                break
+        if dev is not None:
+            break
+    if c is not None:
+        c[("dev", gw)] = dev
+    return dev
 
 
 def _best_routes(state):
