@@ -204,6 +204,14 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
             else:
                 prefixes.update(dict.fromkeys(more))
         ops = None if full else plan_delta(tables, st, prefixes, env_changed)
+        if ops is not None and tables.max_dsts:
+            # a fixed capacity (a Dataplane's shared entries): refused before
+            # anything changes, not half way through the update
+            need = sum(1 for op in ops if op[0] == "install")
+            if need > len(tables.free_dsts):
+                raise ValueError(f"route table full: {need} new route entries, "
+                                 f"{len(tables.free_dsts)} free of {tables.max_dsts} "
+                                 "(raise max_routes)")
         # the small tables are rebuilt only when something in them changed
         small = (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
                  st.sysctls) != saved

@@ -273,3 +273,17 @@ def test_route_caches_emptied_after_the_lpm_changes(monkeypatch):
         assert seen == [ipaddress.IPv6Address("2001:db8:2::2").packed]
         assert out.results()[0].verdict == "forward", out.results()[0]
         assert bytes(out.nexthop[0]) == ipaddress.IPv6Address("2001:db8:2::3").packed
+
+
+def test_a_change_beyond_capacity_is_refused_before_anything_changes():
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=1, max_routes=256) as dp:
+        before = dp.state.dump()
+        free = len(dp.tables.free_dsts)
+        with pytest.raises(ValueError, match="route table full"):
+            dp.configure("\n".join(f"ip -6 route add 2a03:{j:x}::/48 via 2001:db8:2::2 dev eth1"
+                                   for j in range(free + 1)))
+        assert dp.state.dump() == before and len(dp.tables.free_dsts) == free
+        dp.configure("ip -6 route add 2a03::/48 via 2001:db8:2::2 dev eth1")
+        b = dp.process(_batch(["2a03::1"], pkts, iif))
+        assert b.results()[0].verdict == "forward"
