@@ -4,8 +4,10 @@ from __future__ import annotations
 import ipaddress
 import pathlib
 import pickle
+import re
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 try:
     from fastpath import config as C
@@ -957,3 +959,53 @@ def test_routes_and_rules_match_the_kernel(k):
         want = [(r.get("priority", 0), r.get("table")) for r in rows]
         got = [(r.pref, C._TABLE_IDS.get(r.table, str(r.table))) for r in s.rules[fam]]
         assert got == want
+
+
+# ---------------------------------------------------------------------------
+# the C fast paths of address parsing against the Python parsers they skip
+
+_V6_ALPHABET = "0123456789abcdefABCDEF:.:::%"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=_V6_ALPHABET, min_size=1, max_size=45)
+       | st.builds(lambda a, b: f"{a}::{b}", st.integers(0, 0xFFFF).map(lambda x: f"{x:x}"),
+                   st.ip_addresses(v=4).map(str))
+       | st.ip_addresses(v=6).map(lambda a: a.exploded if a.packed[0] & 1 else str(a)))
+def test_fast_ipv6_parse_agrees_with_ipaddress(tok):
+    from fastpath.config import _v6
+    try:
+        want = ipaddress.IPv6Address(tok)
+    except ValueError:
+        want = None
+    _v6.cache_clear()
+    try:
+        got = _v6(tok)
+    except ValueError:
+        got = None
+    assert got == want and (got is None or got.scope_id == want.scope_id)
+
+
+def _slow_v4(tok):
+    parts = tok.split(".")
+    if not 1 <= len(parts) <= 4 or not all(re.fullmatch(r"[0-9]{1,3}", p) and int(p) <= 255
+                                           for p in parts):
+        return None
+    return ipaddress.IPv4Address(bytes([int(p) for p in parts] + [0] * (4 - len(parts))))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="0123456789.", min_size=1, max_size=16) | st.ip_addresses(v=4).map(str))
+def test_fast_ipv4_parse_agrees_with_iproute2s_rules(tok):
+    from fastpath.config import _parse_v4
+    assert _parse_v4(tok) == _slow_v4(tok)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.ip_addresses(v=6), st.integers(0, 128))
+def test_prefix_parse_masks_as_ip_network(a, plen):
+    from fastpath.config import _parse_prefix
+    tok = f"{a}/{plen}"
+    got = _parse_prefix(tok, 6)[2]
+    assert got == ipaddress.ip_network(tok, strict=False) and str(got) == str(
+        ipaddress.ip_network(tok, strict=False))
