@@ -11,6 +11,8 @@ completely before it replaces the running one.
 """
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from . import _datapath
@@ -187,7 +189,23 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
     compile.  All or nothing: a ConfigError (or a route that cannot be
     installed) leaves ``st`` and ``tables`` as they were.  ``defer_lpm``:
     the LPM changes are left in ``tables.lpm_pending`` (a Dataplane applies
-    them after its workers know the new entries)."""
+    them after its workers know the new entries).
+
+    The cyclic garbage collector is paused meanwhile: a large configure
+    allocates millions of objects, each gen-0 threshold of them triggering
+    a collection that walks the young ones and, every so often, the whole
+    heap -- a fifth of a 100k-route load (5.6 s -> 4.5 s CPU); nothing
+    here makes reference cycles that must go before it returns."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        _apply_config(st, tables, text, defer_lpm)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _apply_config(st, tables, text, defer_lpm):
     env = _env(st)
     saved = st.begin()
     try:

@@ -604,11 +604,30 @@ def apply_lpm(t: Tables) -> None:
     so a concurrent lookup gets the old or the new route, never a torn
     one; groups freed go to limbo when ``t.defer``."""
     pending, t.lpm_pending = t.lpm_pending, []
-    for lpm, net, value in pending:
+    i, n = 0, len(pending)
+    while i < n:
+        lpm, net, value = pending[i]
+        j = i
+        while j < n and pending[j][2] and pending[j][0] is lpm:
+            j += 1
+        if j - i >= 16:
+            # a run of adds to one table: one compiled loop (add_many) instead
+            # of a Python call and a prefix parse each
+            run = pending[i:j]
+            if lpm.family == 6:
+                addrs = np.frombuffer(b"".join([x[1].network_address.packed for x in run]),
+                                      dtype=np.uint8).reshape(-1, 16)
+            else:
+                addrs = np.fromiter([int(x[1].network_address) for x in run], np.uint32, len(run))
+            lpm.add_many(addrs, np.fromiter([x[1].prefixlen for x in run], np.uint8, len(run)),
+                         np.fromiter([x[2] for x in run], np.uint32, len(run)))
+            i = j
+            continue
         if value:
             lpm.add(net, value)
         else:
             lpm.delete(net)
+        i += 1
 
 
 def _compile_rules(t: Tables, state) -> None:
