@@ -160,6 +160,85 @@ def bench_dataplane(n: int, repeat: int, batch: int, duration: float, workers: i
 
 
 # ---------------------------------------------------------------------------
+# a full feed: Internet-shaped IPv4 and IPv6 prefixes (bench_fib's generator)
+
+FEED_BASE = ("ip addr add 10.0.1.1/24 dev eth0\n" + BASE)
+FEED_GW = {4: "10.0.1.2", 6: GW[0]}
+
+
+def feed_lines(n4: int, n6: int) -> dict:
+    """family -> ``route add PREFIX via GW dev eth0`` lines (``ip -batch``
+    style) of ``n4`` IPv4 and ``n6`` IPv6 Internet-shaped prefixes, leaving
+    out the few that overlap this host's own networks or special space."""
+    import ipaddress
+
+    from .bench_fib import internet_table
+    out = {}
+    for fam, n in ((4, n4), (6, n6)):
+        if not n:
+            out[fam] = []
+            continue
+        t = internet_table(fam, n)
+        lines = []
+        for net in t.networks():
+            if fam == 4 and (net.overlaps(ipaddress.IPv4Network("10.0.0.0/8")) or net.is_multicast
+                             or net.is_loopback or int(net.network_address) >> 24 == 0
+                             or net.is_reserved):
+                continue
+            if fam == 6 and not net.subnet_of(ipaddress.IPv6Network("2000::/3")):
+                continue
+            lines.append(f"route add {net} via {FEED_GW[fam]} dev eth0\n")
+        out[fam] = lines
+    return out
+
+
+_FEED_LOAD = r"""
+import json, resource, sys, time
+from fastpath import Router
+t = time.perf_counter(); c = time.process_time()
+r = Router.from_file(sys.argv[1])
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({"load_s": wall, "load_cpu_s": cpu, "entries": len(r._tables.entries),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_feed(n4: int, n6: int, kernel: bool) -> dict:
+    """Load the feed from a configuration file in a fresh process
+    (Router.from_file: streamed), its time and peak RSS; as root, the
+    kernel's ``ip -batch`` of the same routes in a namespace beside it."""
+    lines = feed_lines(n4, n6)
+    res = {"ipv4_routes": len(lines[4]), "ipv6_routes": len(lines[6])}
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "feed.conf")
+        with open(cfg, "w") as f:
+            f.write(FEED_BASE)
+            for fam in (4, 6):
+                f.writelines(lines[fam])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        p = subprocess.run([sys.executable, "-c", _FEED_LOAD, cfg], capture_output=True, text=True,
+                           env=env)
+        if p.returncode:
+            raise OSError(f"feed load failed: {p.stderr.strip().splitlines()[-1:]}")
+        res["fastpath"] = json.loads(p.stdout.strip().splitlines()[-1])
+        if kernel:
+            with _Netns() as ns:
+                ns.ip("addr", "add", "10.0.1.1/24", "dev", "eth0")
+                k = {}
+                for fam in (4, 6):
+                    path = os.path.join(d, f"k{fam}")
+                    with open(path, "w") as f:
+                        f.writelines(lines[fam])
+                    k[f"ipv{fam}_s"] = _timed(lambda: ns.ip(f"-{fam}", "-batch", path))
+                k["load_s"] = k["ipv4_s"] + k["ipv6_s"]
+                res["kernel"] = k
+    return res
+
+
+# ---------------------------------------------------------------------------
 class _Netns:
     """A throwaway network namespace with one dummy device (deleted on
     every exit path: context manager, atexit-like signal handling)."""
@@ -280,6 +359,15 @@ def print_report(res):
                 print(f"{head}  {mode:<8} {m['changes_per_s'] or 0:>10.0f} "
                       f"{m['forward_pps_alone'] / 1e6:>8.2f} Mpps {m['forward_pps_during_churn'] / 1e6:>6.2f} Mpps "
                       f"{m['route_dead']:>10} {m['hold_fail']:>9} {m['gen_violations']:>8}")
+    fd = res.get("feed")
+    if fd:
+        f = fd["fastpath"]
+        k = fd.get("kernel")
+        print(f"\nfull feed from a file ({fd['ipv4_routes']} IPv4 + {fd['ipv6_routes']} IPv6 routes): "
+              f"fastpath {f['load_s']:.1f} s ({f['load_cpu_s']:.1f} s CPU), peak RSS "
+              f"{f['peak_rss_mb']:.0f} MB"
+              + (f"; kernel ip -batch {k['load_s']:.1f} s (IPv4 {k['ipv4_s']:.1f} s, IPv6 "
+                 f"{k['ipv6_s']:.1f} s)" if k else ""))
     if res["kernel"] is not None:
         print(f"kernel: not run ({res['kernel']})")
     else:
@@ -322,6 +410,9 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=2.0, metavar="S",
                     help="seconds of forwarding per --dataplane mode and phase (default 2)")
     ap.add_argument("--quick", action="store_true", help="sizes 200,2000, repeat 5, batch 100")
+    ap.add_argument("--feed", type=_sizes, metavar="N4,N6",
+                    help="also load a full feed of N4 IPv4 and N6 IPv6 Internet-shaped prefixes "
+                         "from a file, in a fresh process (time, peak RSS), e.g. 1000000,220000")
     ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
     try:
         args = ap.parse_args(argv)
@@ -353,6 +444,11 @@ def main(argv=None) -> int:
             if why_not is None:
                 row["kernel"] = bench_kernel(n, args.repeat, args.batch)
             res["results"].append(row)
+        if args.feed:
+            if len(args.feed) != 2:
+                print(f"{ap.prog}: error: --feed takes two counts, N4,N6", file=sys.stderr)
+                return 2
+            res["feed"] = bench_feed(args.feed[0], args.feed[1], why_not is None)
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print_report(res)
         if args.json:
