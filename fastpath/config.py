@@ -263,7 +263,7 @@ class Interface:
             self.mac = default_mac(self.ifindex)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Nexthop:
     gw: Optional[IPAddress] = None
     dev: Optional[str] = None
@@ -300,7 +300,7 @@ class Seg6Encap:
     hmac: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
     family: int                       # 4 or 6
     prefix: IPNetwork

@@ -117,7 +117,7 @@ def _upper_bounds(weights):
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     """One installed FIB entry: the best usable route of a (family, table, prefix),
     with what was allocated for it (kept until the entry is reclaimed)."""
