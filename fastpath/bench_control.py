@@ -420,6 +420,9 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     if args.quick:
         args.sizes, args.repeat, args.batch = [200, 2000], 5, 100
+    if args.feed is not None and len(args.feed) != 2:
+        print(f"{ap.prog}: error: --feed takes two counts, N4,N6", file=sys.stderr)
+        return 2
     if not 1 <= args.workers <= 256 or not 0.1 <= args.duration <= 600:
         print(f"{ap.prog}: error: --workers must be in 1..256 and --duration in 0.1..600",
               file=sys.stderr)
@@ -445,9 +448,6 @@ def main(argv=None) -> int:
                 row["kernel"] = bench_kernel(n, args.repeat, args.batch)
             res["results"].append(row)
         if args.feed:
-            if len(args.feed) != 2:
-                print(f"{ap.prog}: error: --feed takes two counts, N4,N6", file=sys.stderr)
-                return 2
             res["feed"] = bench_feed(args.feed[0], args.feed[1], why_not is None)
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print_report(res)
