@@ -249,14 +249,14 @@ class _Arena:
 # the arrays a snapshot copies (small: devices, addresses, neighbours,
 # rules, HMAC keys) and those it names in the arena (updated in place)
 _COPIED = ("devs", "addrs", "neighs", "rules6", "rules4", "hmac_keys")
-_NAMED = ("nhs", "s6l", "srh_blob")
+_NAMED = ("nhs", "s6l", "srh_blob", "s6l_gen")
 
 
 def _snapshot_arrays(t: Tables):
     """(copied arrays, named arrays): (name, array) pairs of a snapshot."""
     _, nhs, devs, addrs, neighs, r6, r4, lpm6, lpm4, s6l, blob, keys = t.arrays()
     copied = list(zip(_COPIED, (devs, addrs, neighs, r6, r4, keys)))
-    named = list(zip(_NAMED, (nhs, s6l, blob)))
+    named = list(zip(_NAMED, (nhs, s6l, blob, t.s6l_gen[:len(s6l)])))
     for fam, lst in ((6, lpm6), (4, lpm4)):
         for k, (t24, grp) in enumerate(lst):
             named.append((f"lpm{fam}_{k}_tbl24", t24))
@@ -338,6 +338,7 @@ class _Worker:
         self.snap = None
         self.snap_no = 0
         self.segs = {}                  # arena segment -> its mapping
+        self.s6l_gen = np.zeros(0, dtype=np.uint32)
         self.ifindex = {}
         self.io = {}
         self.stage = {}
@@ -373,6 +374,14 @@ class _Worker:
             self.dp.load(self.dsts, arr["nhs"], arr["devs"], arr["addrs"], arr["neighs"],
                          arr["rules6"], arr["rules4"], lpm6, lpm4, arr["s6l"], arr["srh_blob"],
                          arr["hmac_keys"], dfast=self.dfast, **meta["kwargs"])
+            # counters of seg6local indexes given back since the last load
+            # start again from zero (before any packet uses the new record)
+            gen = arr["s6l_gen"]
+            m = min(len(gen), len(self.s6l_gen))
+            changed = np.flatnonzero(gen[:m] != self.s6l_gen[:m])
+            if len(changed):
+                self.dp.clear_seg6local_counters(changed.tolist())
+            self.s6l_gen = gen.copy()
             self.snap, self.snap_no, self.ifindex = snap, no, meta["ifindex"]
             named = {r[0] for r in meta["refs"].values()}
             self.segs = {k: v for k, v in self.segs.items() if k in named}
@@ -781,7 +790,7 @@ class Dataplane:
     def _arena_live(self) -> set:
         """The arena segments of the arrays the tables hold now."""
         t = self._tables
-        arrays = [t.nh_arr, t.s6l_arr, t.blob]
+        arrays = [t.nh_arr, t.s6l_arr, t.blob, t.s6l_gen]
         for lpm in t.lpms.values():
             arrays += [lpm.tbl24, lpm.groups]
         return {self._arena.ref(a)[0] for a in arrays}

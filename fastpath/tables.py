@@ -201,6 +201,10 @@ class Tables:
     s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
     s6l_pool: _Pool = None
     s6l_arr: np.ndarray = None                       # S6L_DTYPE records by index (grown); s6l views it
+    # uint32 per seg6local index, bumped when the index is given back: a
+    # Dataplane worker zeroes the counters of the indexes whose number
+    # changed since its last load (the index may serve another route now)
+    s6l_gen: np.ndarray = None
     s6l_slots: tuple = None                          # the slots the records' slot6/slot4 were made for
     blob: np.ndarray = None                          # uint8, the SRH templates (grown); srh_blob views it
     blob_pool: _Pool = None
@@ -230,6 +234,7 @@ class Tables:
         self.nh_pool = _Pool(1)                      # row 0: no nexthop
         self.s6l_pool = _Pool(0)
         self.s6l_arr = self._zeros(16, S6L_DTYPE)
+        self.s6l_gen = self._zeros(16, np.uint32)
         self.s6l = self.s6l_arr[:0]
         self.blob_pool = _Pool(8)
         self.blob = self._zeros(64, np.uint8)
@@ -305,7 +310,9 @@ class Tables:
                 freed.append(e.s6l)
             self.blob_pool.release(*e.blob)
         if freed:
-            self.s6l_arr[np.asarray(freed, dtype=np.int64)] = np.zeros(1, dtype=S6L_DTYPE)
+            idx = np.asarray(freed, dtype=np.int64)
+            self.s6l_arr[idx] = np.zeros(1, dtype=S6L_DTYPE)
+            self.s6l_gen[idx] += 1
         return freed
 
     def _alloc_nexthops(self, sig_nhs) -> int:
@@ -889,6 +896,7 @@ def _compile_seg6local(t: Tables, state, entries) -> None:
         t.dsts[e.dst]["encap"] = e.s6l
         t.s6l_recs[e.s6l] = rec
         t.s6l_arr = t._grown(t.s6l_arr, e.s6l + 1)
+        t.s6l_gen = t._grown(t.s6l_gen, e.s6l + 1)
         t.s6l_arr[e.s6l] = rec
         while len(t.s6l_routes) <= e.s6l:
             t.s6l_routes.append(None)

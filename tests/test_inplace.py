@@ -287,3 +287,26 @@ def test_a_change_beyond_capacity_is_refused_before_anything_changes():
         dp.configure("ip -6 route add 2a03::/48 via 2001:db8:2::2 dev eth1")
         b = dp.process(_batch(["2a03::1"], pkts, iif))
         assert b.results()[0].verdict == "forward"
+
+
+def test_seg6local_counters_of_a_reused_index_start_from_zero():
+    """A counted seg6local route removed and another added in its place
+    (the same parameter index, reclaimed): the new route's counters start
+    at zero in the workers, as a new route's do in the kernel."""
+    cfg, pkts, iif = scenario("End")
+    cfg = cfg.replace("action End dev eth0", "action End count dev eth0") + "\n"
+    with Dataplane(cfg, workers=2) as dp:
+        dp.process(_frames_batch(pkts, iif))
+        key = next(k for k in dp.counters()["routes"])
+        assert dp.counters()["routes"][key]["packets"] > 0
+        idx = [k for k, r in enumerate(dp.tables.s6l_routes) if r is not None]
+        dp.configure("ip -6 route del fc00:1::100/128")
+        dp.configure("ip -6 route add fc00:1::200/128 encap seg6local action End count dev eth0")
+        assert [k for k, r in enumerate(dp.tables.s6l_routes) if r is not None] == idx
+        assert dp.counters()["routes"] == {"fc00:1::200/128 table 254":
+                                           {"packets": 0, "bytes": 0, "errors": 0}}
+
+
+def _frames_batch(pkts, iif):
+    from fastpath import Batch
+    return Batch.from_packets(list(pkts), iif=iif, linktype="ethernet")
