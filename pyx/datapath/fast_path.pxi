@@ -233,7 +233,7 @@ cdef bint fast_dx4(ctx_t* c, pkt_t* p, const fp_dev* idev, uint8_t* ip6, uint32_
     if ip4_route_martian(saddr, daddr) != 0:
         return False
     if s.action == S6_END_DT4:
-        if s.slot4 < 0 or <uint32_t>s.slot4 >= c.nlpm4 or end_dt_vrf(c, s) >= 0:
+        if s.slot4 < 0 or <uint32_t>s.slot4 >= c.nlpm4:
             return False
         rt4 = table_route(c, lpm4_lookup(c.lpm4[s.slot4].tbl24, c.lpm4[s.slot4].groups, daddr),
                           DST_IP4_NOROUTE)
@@ -307,7 +307,7 @@ cdef bint fast_dx6(ctx_t* c, pkt_t* p, uint8_t* ip6, uint32_t rt, const fp_dst* 
             return False
         rt2 = fib6_cached_as(c, known if known != NULL else inner + 24, inner + 8, p.iif, &nmiss, False)
     else:
-        if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6 or end_dt_vrf(c, s) >= 0:
+        if s.slot6 < 0 or <uint32_t>s.slot6 >= c.nlpm6:
             return False
         rt2 = table_route(c, lpm6_cached(c, s.slot6, inner + 24), DST_IP6_NULL)
     pnh = plain_nh(c, rt2)

@@ -307,6 +307,11 @@ cdef class Datapath:
             if len(v) > len(s6l) or (len(v) and (v.min() < -1 or v.max() >= len(devs))):
                 raise ValueError("s6l_vrf: one ifindex (or 0, -1) per seg6local record")
             vrf[:len(v)] = v
+            # the fast path leaves VRF-mode End.DT* to the general path:
+            # their table slots (unused there) are -1 in this private copy
+            sl = s6l.view(np.uint8).reshape(len(s6l), sizeof(fp_s6l)) if len(s6l) else s6l
+            for k in np.nonzero(vrf[:len(s6l)] >= 0)[0]:
+                sl[k, 8:16] = 0xFF
             refs.append(vrf)
             self.c.s6l_vrf = <const int32_t*>cnp.PyArray_DATA(vrf)
         dv = devs.reshape(-1, sizeof(fp_dev)) if len(devs) else devs
