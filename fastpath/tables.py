@@ -414,6 +414,7 @@ def _compile_small(t: Tables, state) -> None:
     # --- devices -------------------------------------------------------
     maxidx = max(i.ifindex for i in state.interfaces.values())
     devs = np.zeros(maxidx + 1, dtype=DEV_DTYPE)
+    devs["l3slot6"] = devs["l3slot4"] = -1
     t.ifnames = {}
     t.ifindex = {}
     for itf in state.interfaces.values():
@@ -449,7 +450,6 @@ def _compile_small(t: Tables, state) -> None:
             m = state.interfaces[itf.master]
             d["l3mdev"] = m.ifindex
             d["l3table"] = m.vrf_table
-        d["l3slot6"] = d["l3slot4"] = -1
         t.ifnames[itf.ifindex] = itf.name
         t.ifindex[itf.name] = itf.ifindex
     t.devs = devs
