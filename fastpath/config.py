@@ -1610,7 +1610,8 @@ class State:
             elif t in ("up", "down"):
                 settings.append(("up", t == "up"))
             elif t == "mtu":
-                settings.append(("mtu", _num(cur, "mtu", 68, 65536)))
+                tok = cur.peek()
+                settings.append(("mtu", _num(cur, "mtu", 68, 65575), tok))
             elif t == "master" and allow_dev:
                 settings.append(("master", _check_ifname(cur.arg("a master device"))))
             elif t == "nomaster" and allow_dev:
@@ -1630,11 +1631,18 @@ class State:
         return dev, settings
 
     def _apply_link_settings(self, itf: Interface, settings):
-        for what, v in settings:
+        for what, v, *tok in settings:
             if what == "up":
                 if itf.up != v:
                     self._reconcile([itf.name], lambda v=v: setattr(itf, "up", v))
             elif what == "mtu":
+                # dev_validate_mtu: 68..65536 here (the modelled kinds' ranges
+                # vary), a VRF device 1280..65575 (vrf_setup)
+                lo, hi = (1280, 65575) if itf.kind == "vrf" else (68, 65536)
+                if not lo <= v <= hi:
+                    raise _err(f"'mtu' value {v} out of range ({lo}..{hi}) (Error: mtu "
+                               f"{'less than device minimum' if v < lo else 'greater than device maximum'}.)",
+                               tok[0] if tok else str(v))
                 itf.mtu = v
                 if v >= 1280:   # NETDEV_CHANGEMTU: idev->cnf.mtu6 = dev->mtu
                     self.sysctls[f"net.ipv6.conf.{itf.name}.mtu"] = v
