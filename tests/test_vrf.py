@@ -523,3 +523,18 @@ def test_vrf_changes_through_the_delta_path(seed):
 @given(st.integers(0, 2**32 - 1))
 def test_vrf_changes_hypothesis(seed):
     run_vrf_sequence(seed, steps=12)
+
+
+def test_trace_and_routes_show_name_the_vrf(tmp_path, capsys):
+    r = l3vpn()
+    t = str(r.trace(bytes(outer(SID_21_100, IPv6(src="cafe::2", dst="cafe::1") / UDP())), iif="veth0"))
+    assert "into VRF vrf-100: received by it" in t
+    assert "rule pref 1000: l3mdev: lookup table 100 (VRF vrf-100)" in t
+    assert "table 100 lookup cafe::1: unicast cafe::/64 table 100 dev veth-t100" in t
+    from fastpath import cli
+    cfg = tmp_path / "l3vpn.conf"
+    cfg.write_text(L3VPN)
+    assert cli.main(["routes", "show", "--all", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "# table 100: VRF vrf-100 (the l3mdev rules look it up for vrf-100, veth-t100)" in out
+    assert "local cafe::254 dev veth-t100 table 100 proto kernel metric 0" in out
