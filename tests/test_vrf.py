@@ -430,6 +430,7 @@ def vrf_step(rng):
         f"ip -6 route add 2001:db8:99:{rng.randrange(3)}::/64 via 2001:db8:{k}::9 dev {d} vrf {v[0]}",
         f"ip rule del pref 1000 l3mdev", "ip -6 rule add pref 1000 l3mdev",
         f"ip link set {v[0]} {rng.choice(('up', 'down'))}",
+        f"ip link del {v[0]}", f"ip link add {v[0]} type vrf table {v[1]}",
     ])
 
 
@@ -459,6 +460,8 @@ def vrf_packets(rng, n):
 def answers(r, pk):
     res = []
     for data, iif in pk:
+        if iif not in r.state.interfaces:
+            continue
         x = one(r, data, iif)
         res.append((x.verdict, x.oif, bytes(x.data), x.reason, x.nexthop))
     return res
