@@ -2065,6 +2065,12 @@ class State:
             if t in ("table", "tb"):
                 v = cur.arg("a table id")
                 table = None if v == "all" else (_table(v) or None)
+            elif t == "vrf":
+                v = _check_ifname(cur.arg("a VRF name"))
+                itf = self.interfaces.get(v)
+                if itf is None or itf.kind != "vrf":
+                    raise _err(f"Error: argument \"{v}\" is wrong: Invalid VRF", v)
+                table = itf.vrf_table
             elif t in ("proto", "protocol"):
                 p = cur.arg("a protocol")
                 if p in _PROTO_BY_NAME:

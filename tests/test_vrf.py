@@ -541,3 +541,12 @@ def test_trace_and_routes_show_name_the_vrf(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "# table 100: VRF vrf-100 (the l3mdev rules look it up for vrf-100, veth-t100)" in out
     assert "local cafe::254 dev veth-t100 table 100 proto kernel metric 0" in out
+
+
+def test_flush_vrf():
+    r = l3vpn()
+    r.configure("ip -6 route flush vrf vrf-200")
+    assert not any(k[0] == 6 and k[1] == 200 for k in r.state.routes)
+    assert any(k[0] == 6 and k[1] == 100 for k in r.state.routes)
+    with pytest.raises(ConfigError, match="Invalid VRF"):
+        r.configure("ip -6 route flush vrf veth0")
