@@ -85,7 +85,15 @@ Semantics follow the kernel (``net/ipv6/route.c``, ``net/ipv4/fib_*.c``,
   accepted on End, End.X and End.T and next-csid on End and End.X (fastpath
   implements RFC 8986 in full; the kernel takes psp and next-csid on End and
   next-csid on End.X only — see ``ActionDesc.kernel_flavors``).  End.DT4 /
-  End.DT46 / End.DT6 ``vrftable T`` look up table T (no VRF devices here).
+  End.DT46 / End.DT6 ``vrftable T`` look up table T while no VRF device
+  exists (Linux refuses them then); with VRF devices they need
+  ``net.vrf.strict_mode=1`` and a VRF bound to T, as the kernel.
+* VRF devices (``ip link add NAME type vrf table T``, ``ip link set DEV
+  master NAME|nomaster``, ``ip link del NAME``, ``vrf NAME`` on routes): the
+  first adds ``pref 1000 l3mdev`` for both families (once, as
+  ``vrf_add_fib_rules``); the automatic routes of a VRF device's and an
+  enslaved device's addresses go to T (``State.l3mdev_table``).  Enslaving
+  keeps IPv6 addresses (Linux flushes them unless keep_addr_on_down).
 * ``ip sr hmac set KEYID ALGO SECRET`` takes the secret on the line (iproute2
   reads it from standard input); an empty secret (``""``) removes the key.
 * seg6 / seg6local segment lists are stored in the order written (the first
