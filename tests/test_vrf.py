@@ -550,3 +550,30 @@ def test_flush_vrf():
     assert any(k[0] == 6 and k[1] == 100 for k in r.state.routes)
     with pytest.raises(ConfigError, match="Invalid VRF"):
         r.configure("ip -6 route flush vrf veth0")
+
+
+def test_icmp_errors_are_routed_in_the_vrf():
+    """icmp6_send / icmp_route_lookup: flowi_oif = the packet's VRF, so the
+    error to a tenant's host goes back through the tenant's table (main
+    has no route to cafe::3 / 10.0.0.3)."""
+    r = l3vpn()
+    x = one(r, IPv6(src="cafe::3", dst="cafe::9", hlim=1) / UDP(), "veth-t200")
+    assert (x.verdict, x.oif, x.reason) == ("icmp", "veth-t200", "hop_limit_exceeded")
+    e = IPv6(x.data)
+    assert (e.src, e.dst, e.nh, bytes(e.payload)[0]) == ("cafe::254", "cafe::3", 58, 3)
+    x = one(r, IP(src="10.0.0.3", dst="10.0.0.9", ttl=1) / UDP(), "veth-t200")
+    assert (x.verdict, x.oif) == ("icmp", "veth-t200")
+    e = IP(x.data)
+    assert (e.src, e.dst, e[ICMP].type) == ("10.0.0.254", "10.0.0.3", 11)
+
+
+def test_a_vrf_devices_own_address():
+    """fib_magic with l3mdev_fib_table(the VRF device): an address on the
+    VRF device itself is local in its table (the VRF as the tenant's
+    loopback), not in the default VRF."""
+    r = l3vpn("ip addr add 192.168.100.1/32 dev vrf-100\n")
+    N = ipaddress.ip_network
+    assert r.state.routes[(4, 100, N("192.168.100.1/32"), 0)].type == "local"
+    assert one(r, IP(src="10.0.0.1", dst="192.168.100.1") / UDP(), "veth-t100").verdict == "local"
+    assert one(r, IP(src="10.0.0.3", dst="192.168.100.1") / UDP(), "veth-t200").verdict != "local"
+    assert one(r, IP(src="10.9.0.2", dst="192.168.100.1") / UDP(), "veth0").verdict != "local"
