@@ -577,3 +577,14 @@ def test_a_vrf_devices_own_address():
     assert one(r, IP(src="10.0.0.1", dst="192.168.100.1") / UDP(), "veth-t100").verdict == "local"
     assert one(r, IP(src="10.0.0.3", dst="192.168.100.1") / UDP(), "veth-t200").verdict != "local"
     assert one(r, IP(src="10.9.0.2", dst="192.168.100.1") / UDP(), "veth0").verdict != "local"
+
+
+def test_ipv4_forwarding_is_the_vrf_devices():
+    """ip_route_input_slow: IN_DEV_FORWARD of the packet's device, the VRF
+    (vrf_ip_rcv), not of the enslaved device it arrived on."""
+    p = IP(src="10.0.0.1", dst="10.0.0.9", ttl=9) / UDP()
+    r = l3vpn("sysctl -w net.ipv4.conf.veth-t100.forwarding=0\n")
+    assert one(r, p, "veth-t100").verdict == "forward"
+    r = l3vpn("sysctl -w net.ipv4.conf.vrf-100.forwarding=0\n")
+    x = one(r, p, "veth-t100")
+    assert (x.verdict, x.reason) == ("drop", "forwarding_disabled")
