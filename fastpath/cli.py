@@ -81,6 +81,11 @@ def cmd_check(args) -> int:
 def cmd_routes(args) -> int:
     r = _load(args.config)
     if args.all:
+        for itf in sorted(r.state.interfaces.values(), key=lambda x: x.ifindex):
+            if itf.kind == "vrf":
+                slaves = [i.name for i in r.state.interfaces.values() if i.master == itf.name]
+                print(f"# table {itf.vrf_table}: VRF {itf.name} (the l3mdev rules look it up for "
+                      f"{', '.join([itf.name] + slaves)})")
         for fam in (4, 6):
             print(f"# ip -{fam} route show table all")
             for route in sorted((x for x in r.state.routes.values() if x.family == fam),

@@ -85,7 +85,15 @@ Semantics follow the kernel (``net/ipv6/route.c``, ``net/ipv4/fib_*.c``,
   accepted on End, End.X and End.T and next-csid on End and End.X (fastpath
   implements RFC 8986 in full; the kernel takes psp and next-csid on End and
   next-csid on End.X only — see ``ActionDesc.kernel_flavors``).  End.DT4 /
-  End.DT46 / End.DT6 ``vrftable T`` look up table T (no VRF devices here).
+  End.DT46 / End.DT6 ``vrftable T`` look up table T while no VRF device
+  exists (Linux refuses them then); with VRF devices they need
+  ``net.vrf.strict_mode=1`` and a VRF bound to T, as the kernel.
+* VRF devices (``ip link add NAME type vrf table T``, ``ip link set DEV
+  master NAME|nomaster``, ``ip link del NAME``, ``vrf NAME`` on routes): the
+  first adds ``pref 1000 l3mdev`` for both families (once, as
+  ``vrf_add_fib_rules``); the automatic routes of a VRF device's and an
+  enslaved device's addresses go to T (``State.l3mdev_table``).  Enslaving
+  keeps IPv6 addresses (Linux flushes them unless keep_addr_on_down).
 * ``ip sr hmac set KEYID ALGO SECRET`` takes the secret on the line (iproute2
   reads it from standard input); an empty secret (``""``) removes the key.
 * seg6 / seg6local segment lists are stored in the order written (the first
@@ -245,8 +253,11 @@ class Interface:
     """A network device.  Created on first mention and UP (see module doc).
 
     ``kind``: None (created by mention), "loopback", "dummy", "tun", "tap",
-    "veth", "vlan".  ``link``: the parent of a vlan, the peer of a veth.
-    ``addrs`` keeps the order the addresses were added in.
+    "veth", "vlan", "vrf".  ``link``: the parent of a vlan, the peer of a veth.
+    ``addrs`` keeps the order the addresses were added in.  ``vrf_table``:
+    a VRF device's table (``ip link add NAME type vrf table T``);
+    ``master``: the VRF a device is enslaved to (``ip link set DEV master
+    NAME``), None if none.
     """
     name: str
     ifindex: int
@@ -257,6 +268,8 @@ class Interface:
     vlan: Optional[int] = None
     kind: Optional[str] = None
     link: Optional[str] = None
+    vrf_table: Optional[int] = None
+    master: Optional[str] = None
 
     def __post_init__(self):
         if self.mac is None:
@@ -336,8 +349,9 @@ class Rule:
     src: Optional[IPNetwork] = None
     dst: Optional[IPNetwork] = None
     iif: Optional[str] = None
-    table: int = RT_TABLE_MAIN        # 0 for non-lookup actions
+    table: int = RT_TABLE_MAIN        # 0 for non-lookup actions and l3mdev rules
     action: str = "lookup"            # lookup, blackhole, unreachable, prohibit
+    l3mdev: bool = False              # lookup in the table of the packet's VRF
 
 
 _RULE_ACTIONS = ("lookup", "blackhole", "unreachable", "prohibit")
@@ -390,6 +404,8 @@ _GLOBALS = {   # name -> (default, min, max)
     "net.ipv6.fib_multipath_hash_fields": (7, 0, 2**32 - 1),
     "net.ipv6.auto_flowlabels": (1, 0, 3),
     "net.ipv4.ip_default_ttl": (64, 1, 255),
+    # drivers/net/vrf.c: 1 = one VRF per table (End.DT* vrftable needs it)
+    "net.vrf.strict_mode": (0, 0, 1),
 }
 _ALIASES = {"net.ipv4.ip_forward": "net.ipv4.conf.all.forwarding"}
 
@@ -688,13 +704,13 @@ def _check_srh_len(nsegs: int, hmac: bool, token: str):
 class _RouteSpec:
     __slots__ = ("fam", "type", "prefix", "prefix_tok", "table", "metric", "proto", "scope",
                  "src", "mtu", "hoplimit", "gw", "dev", "nexthops", "encap", "encap_tok",
-                 "tunsrc", "seen")
+                 "tunsrc", "seen", "vrf")
 
     def __init__(self, fam):
         self.fam = fam
         self.type = self.prefix = self.prefix_tok = self.table = self.metric = None
         self.proto = self.scope = self.src = self.mtu = self.hoplimit = None
-        self.gw = self.dev = self.encap = self.encap_tok = self.tunsrc = None
+        self.gw = self.dev = self.encap = self.encap_tok = self.tunsrc = self.vrf = None
         self.nexthops = []
         self.seen = set()
 
@@ -707,7 +723,7 @@ _ROUTE_UNSUPPORTED = {
     "initcwnd": "route metric", "initrwnd": "route metric", "features": "route metric",
     "quickack": "route metric", "congctl": "route metric", "ssthresh": "route metric",
     "rto_min": "route metric", "realms": "", "realm": "", "as": "", "nhid": "nexthop objects",
-    "ttl-propagate": "", "fastopen_no_cookie": "", "vrf": "VRF devices",
+    "ttl-propagate": "", "fastopen_no_cookie": "",
     "nat": "NAT routes", "xresolve": "", "mpath": "", "equalize": "",
 }
 _SEG6LOCAL_KW = frozenset({"action", "nh4", "nh6", "table", "vrftable", "iif", "oif", "srh",
@@ -932,6 +948,9 @@ def _parse_route(fam: Optional[int], toks: list) -> _RouteSpec:
         elif t == "table":
             once("table")
             spec.table = _table(cur.arg("a table id"))
+        elif t == "vrf":
+            once("table")
+            spec.vrf = _check_ifname(cur.arg("a VRF name"))
         elif t in ("metric", "priority", "preference"):
             once("metric")
             spec.metric = _num(cur, t, 0, 2**32 - 1)
@@ -1256,6 +1275,9 @@ class State:
         self.sr_tunsrc: Optional[ipaddress.IPv6Address] = None
         self.hmac_keys: dict = {}
         self.sysctls: dict = dict(SYSCTL_DEFAULTS)
+        # vrf_net_init's add_fib_rules, spent by the first VRF device (not
+        # part of the value: dump() cannot write it)
+        self._vrf_rules_added = False
         lo = self._create("lo", kind="loopback", mtu=65536, mac=bytes(6))
         self._reconcile(["lo"], lambda: lo.addrs.extend(
             [ipaddress.IPv4Interface("127.0.0.1/8"), ipaddress.IPv6Interface("::1/128")]))
@@ -1285,6 +1307,7 @@ class State:
         new.sr_tunsrc = self.sr_tunsrc
         new.hmac_keys = dict(self.hmac_keys)
         new.sysctls = dict(self.sysctls)
+        new._vrf_rules_added = self._vrf_rules_added
         return new
 
     # -- public API ---------------------------------------------------------
@@ -1313,7 +1336,7 @@ class State:
         overlay (RouteTable.begin), so the cost is that of the change, not of
         the routes.  Returns what ``rollback`` restores."""
         saved = (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
-                 self.sysctls)
+                 self.sysctls, self._vrf_rules_added)
         self.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
         self.rules = {f: list(v) for f, v in self.rules.items()}
         self.neighbours = dict(self.neighbours)
@@ -1341,7 +1364,7 @@ class State:
         """Undo everything since ``begin`` (which returned ``saved``)."""
         self._addrc = None
         (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
-         self.sysctls) = saved
+         self.sysctls, self._vrf_rules_added) = saved
         self.routes.rollback()
 
     def sysctl(self, name: str) -> int:
@@ -1371,9 +1394,10 @@ class State:
         raise ValueError(f"family must be 4 or 6, not {family!r}")
 
     # -- interfaces -----------------------------------------------------------
-    def _create(self, name, kind=None, mtu=1500, mac=None, link=None, vlan=None) -> Interface:
+    def _create(self, name, kind=None, mtu=1500, mac=None, link=None, vlan=None,
+                vrf_table=None) -> Interface:
         idx = max((i.ifindex for i in self.interfaces.values()), default=0) + 1
-        itf = Interface(name, idx, True, mtu, mac, [], vlan, kind, link)
+        itf = Interface(name, idx, True, mtu, mac, [], vlan, kind, link, vrf_table)
         self.interfaces[name] = itf
         for fam, table in _CONF.items():
             for key in table:
@@ -1392,11 +1416,28 @@ class State:
         return itf
 
     # -- automatic (proto kernel) routes ------------------------------------------
+    def l3mdev_table(self, itf: Interface) -> Optional[int]:
+        """l3mdev_fib_table(): a VRF device's table, or its master's for a
+        device enslaved to a VRF; None for the others."""
+        if itf.kind == "vrf":
+            return itf.vrf_table
+        if itf.master is not None:
+            m = self.interfaces.get(itf.master)
+            return m.vrf_table if m is not None else None
+        return None
+
     def _auto_for(self, itf: Interface) -> dict:
         out: dict = {}
-
-        def add(r):
-            out.setdefault(r.key, r)
+        vt = self.l3mdev_table(itf)
+        if vt is not None:
+            # fib_magic / addrconf_f6i_alloc / addrconf_prefix_route /
+            # addrconf_add_mroute: l3mdev_fib_table(dev) ?: local or main
+            def add(r):
+                r = replace(r, table=vt)
+                out.setdefault(r.key, r)
+        else:
+            def add(r):
+                out.setdefault(r.key, r)
         dev = itf.name
         nh = (Nexthop(None, dev),)
         if not itf.up:
@@ -1581,7 +1622,7 @@ class State:
             raise _unsupported(f"ip {obj}")
 
     # -- ip link / tuntap -------------------------------------------------------
-    _LINK_UNSUPPORTED = frozenset({"name", "netns", "master", "nomaster", "arp", "multicast",
+    _LINK_UNSUPPORTED = frozenset({"name", "netns", "arp", "multicast",
                                    "allmulticast", "txqueuelen", "txqlen", "qlen", "alias", "vf",
                                    "promisc", "dynamic", "trailers", "group", "state", "mode",
                                    "protodown", "xdp", "xdpgeneric", "xdpdrv", "xdpoffload",
@@ -1599,10 +1640,13 @@ class State:
             self._link_add(args[1:])
         elif sub in ("set", "change"):
             self._link_set(args[1:])
+        elif sub == "delete":
+            self._link_del(args[1:])
         elif sub in ("show", "lst", "list"):
             return
         elif sub is None:
-            raise _err(f"unknown 'ip link' command '{args[0]}' (expected add, set, show)", args[0])
+            raise _err(f"unknown 'ip link' command '{args[0]}' (expected add, set, del, show)",
+                       args[0])
         else:
             raise _unsupported(f"ip link {sub}")
 
@@ -1619,7 +1663,12 @@ class State:
             elif t in ("up", "down"):
                 settings.append(("up", t == "up"))
             elif t == "mtu":
-                settings.append(("mtu", _num(cur, "mtu", 68, 65536)))
+                tok = cur.peek()
+                settings.append(("mtu", _num(cur, "mtu", 68, 65575), tok))
+            elif t == "master" and allow_dev:
+                settings.append(("master", _check_ifname(cur.arg("a master device"))))
+            elif t == "nomaster" and allow_dev:
+                settings.append(("master", None))
             elif t in ("address", "addr"):
                 mac = _parse_mac(cur.arg("a link-layer address"))
                 if mac[0] & 1 or not any(mac):
@@ -1635,16 +1684,93 @@ class State:
         return dev, settings
 
     def _apply_link_settings(self, itf: Interface, settings):
-        for what, v in settings:
+        for what, v, *tok in settings:
             if what == "up":
                 if itf.up != v:
                     self._reconcile([itf.name], lambda v=v: setattr(itf, "up", v))
             elif what == "mtu":
+                # dev_validate_mtu: 68..65536 here (the modelled kinds' ranges
+                # vary), a VRF device 1280..65575 (vrf_setup)
+                lo, hi = (1280, 65575) if itf.kind == "vrf" else (68, 65536)
+                if not lo <= v <= hi:
+                    raise _err(f"'mtu' value {v} out of range ({lo}..{hi}) (Error: mtu "
+                               f"{'less than device minimum' if v < lo else 'greater than device maximum'}.)",
+                               tok[0] if tok else str(v))
                 itf.mtu = v
                 if v >= 1280:   # NETDEV_CHANGEMTU: idev->cnf.mtu6 = dev->mtu
                     self.sysctls[f"net.ipv6.conf.{itf.name}.mtu"] = v
             elif what == "mac":
                 itf.mac = v
+            elif what == "master":
+                self._set_master(itf, v)
+
+    def _set_master(self, itf: Interface, name: Optional[str]):
+        """do_set_master(): release the device from its VRF (nomaster, or
+        another master), then enslave it (vrf_add_slave); its automatic
+        routes move between the tables (cycle_netdev: down, up).  Linux also
+        flushes the IPv6 addresses of the cycled device unless
+        keep_addr_on_down; here they stay, as for a device set down."""
+        if name is not None:
+            m = self.interfaces.get(name)
+            if m is None:
+                raise _err(f'Device "{name}" does not exist.', name)
+            if itf.master == name:
+                return
+            if m.kind != "vrf":
+                raise _err(f"{itf.name} master {name}: RTNETLINK answers: Operation not "
+                           f"supported ({name} is not a VRF device)", name)
+            if itf.kind == "loopback":
+                raise _err(f"{itf.name} master {name}: Error: Can not enslave loopback device "
+                           "to a VRF.", itf.name)
+            if itf.kind == "vrf":
+                raise _err(f"{itf.name} master {name}: Error: Can not enslave an L3 master "
+                           "device to a VRF.", itf.name)
+        if itf.master == name:
+            return
+        self._reconcile([itf.name], lambda: setattr(itf, "master", name))
+    def _link_del(self, args: list):
+        """``ip link del [dev] NAME`` of a VRF device (vrf_dellink): its
+        devices are released (their routes move back), then the device goes
+        with its addresses, its automatic routes, the routes through it
+        (fib_sync_down_dev / rt6_sync_down_dev flush them), its neighbours
+        and sysctls.  The routes of its table stay, as do the l3mdev rules
+        (added once per namespace).  Other device kinds: not supported."""
+        cur = _Cur(args)
+        name = None
+        while cur.more():
+            t = cur.take()
+            if t == "dev":
+                t = cur.arg("an interface name")
+            elif t == "type":
+                cur.arg("a link type")
+                continue
+            if name is not None:
+                raise _err(f"unexpected '{t}'", t)
+            name = _check_ifname(t)
+        if name is None:
+            raise _err("Not enough information: \"dev\" argument is required.", "delete")
+        itf = self.interfaces.get(name)
+        if itf is None:
+            raise _err(f'Cannot find device "{name}"', name)
+        if itf.kind != "vrf":
+            raise _unsupported(f"ip link del {name}", "deleting devices other than VRF devices")
+        for slave in [i for i in self.interfaces.values() if i.master == name]:
+            self._set_master(slave, None)
+        self._reconcile([name], lambda: (itf.addrs.clear(), setattr(itf, "up", False)))
+        for k, r in self.routes.live_items():
+            if any(nh.dev == name for nh in r.nexthops) or (
+                    isinstance(r.encap, Seg6Local) and r.encap.oif == name):
+                del self.routes[k]
+        for k in [k for k in self.neighbours if k[0] == name]:
+            del self.neighbours[k]
+        for k in [k for k in self.sysctls if f".conf.{name}." in k
+                  and k.split(".conf.", 1)[1].rsplit(".", 1)[0] == name]:
+            del self.sysctls[k]
+        del self.interfaces[name]
+
+    def _vrf_bound(self, table: int) -> list:
+        """The VRF devices bound to a table."""
+        return [i for i in self.interfaces.values() if i.kind == "vrf" and i.vrf_table == table]
 
     def _link_set(self, args: list):
         dev, settings = self._link_settings(_Cur(args), allow_dev=True)
@@ -1693,6 +1819,34 @@ class State:
             if kind_args:
                 raise _err(f"unexpected '{kind_args[0]}' after 'type {kind}'", kind_args[0])
             itf = self._create(name, kind=kind)
+        elif kind == "vrf":
+            kc = _Cur(kind_args)
+            table = None
+            while kc.more():
+                t = kc.take()
+                if t == "table":
+                    table = _table(kc.arg("a table id"))
+                else:
+                    raise _err(f"unknown vrf setting '{t}' (expected table)", t)
+            if table is None:
+                raise _err(f"vrf {name}: Error: VRF table id is missing.", "vrf")
+            if table == 0:
+                raise _err(f"vrf {name}: Error: Invalid VRF table id.", "0")
+            if self.sysctls["net.vrf.strict_mode"] and self._vrf_bound(table):
+                raise _err(f"vrf {name} table {table}: Error: Table is used by another VRF.",
+                           str(table))
+            # vrf_setup: mtu IP6_MAX_MTU
+            itf = self._create(name, kind="vrf", mtu=65575, vrf_table=table)
+            if not self._vrf_rules_added:
+                # vrf_add_fib_rules: 'pref 1000 l3mdev' for both families,
+                # once per namespace, when the first VRF device is created
+                self._vrf_rules_added = True
+                for fam in (4, 6):
+                    rule = Rule(fam, 1000, table=0, l3mdev=True)
+                    rules = self.rules[fam]
+                    if rule not in rules:
+                        pos = next((k for k, r in enumerate(rules) if r.pref > 1000), len(rules))
+                        rules.insert(pos, rule)
         elif kind == "veth":
             kc = _Cur(kind_args)
             if not kc.more() or kc.take() != "peer":
@@ -1729,7 +1883,7 @@ class State:
             self._iface(parent)
             itf = self._create(name, kind="vlan", link=parent, vlan=vid)
         else:
-            raise _unsupported(f"type {kind}", "link types: dummy, tun, tap, veth, vlan")
+            raise _unsupported(f"type {kind}", "link types: dummy, tun, tap, veth, vlan, vrf")
         if parent is not None and kind != "vlan":
             raise _unsupported("link", f"for type {kind}")
         self._apply_link_settings(itf, settings)
@@ -1964,6 +2118,12 @@ class State:
             if t in ("table", "tb"):
                 v = cur.arg("a table id")
                 table = None if v == "all" else (_table(v) or None)
+            elif t == "vrf":
+                v = _check_ifname(cur.arg("a VRF name"))
+                itf = self.interfaces.get(v)
+                if itf is None or itf.kind != "vrf":
+                    raise _err(f"Error: argument \"{v}\" is wrong: Invalid VRF", v)
+                table = itf.vrf_table
             elif t in ("proto", "protocol"):
                 p = cur.arg("a protocol")
                 if p in _PROTO_BY_NAME:
@@ -1989,7 +2149,14 @@ class State:
             if fam == 4 and prefix.network_address != a:
                 raise _err(f"invalid prefix '{spec.prefix_tok}': host bits set (Error: Invalid "
                            "prefix for given prefix length.)", spec.prefix_tok)
-        if spec.table is None:
+        if spec.vrf is not None:
+            # iproute2: 'vrf NAME' is 'table' of the VRF's table (ipvrf_get_table)
+            v = self.interfaces.get(spec.vrf)
+            if v is None or v.kind != "vrf":
+                raise _err(f"Error: argument \"{spec.vrf}\" is wrong: Invalid VRF "
+                           f"({'no such device' if v is None else 'not a VRF device'})", spec.vrf)
+            table = v.vrf_table
+        elif spec.table is None:
             table = RT_TABLE_LOCAL if rtype in _LOCAL_TABLE_TYPES else RT_TABLE_MAIN
         else:
             table = spec.table or RT_TABLE_MAIN
@@ -2054,6 +2221,17 @@ class State:
                     raise _err("seg6local routes need 'dev' (RTNETLINK answers: No such device)",
                                "seg6local")
                 encap = _build_seg6local(spec.encap, "seg6local")
+                if encap.vrftable is not None and any(
+                        i.kind == "vrf" for i in self.interfaces.values()):
+                    # __seg6_end_dt_vrf_build: l3mdev_ifindex_lookup_by_table_id (with no
+                    # VRF device at all, fastpath keeps its table-only vrftable; README)
+                    if not self.sysctls["net.vrf.strict_mode"]:
+                        raise _err(f"{encap.action} vrftable {encap.vrftable}: Error: Strict mode "
+                                   "for VRF is disabled. (sysctl -w net.vrf.strict_mode=1)",
+                                   "vrftable")
+                    if not self._vrf_bound(encap.vrftable):
+                        raise _err(f"{encap.action} vrftable {encap.vrftable}: Error: Table has "
+                                   "no associated VRF device.", str(encap.vrftable))
             else:
                 encap = spec.encap
                 if encap.mode == "inline" and fam != 6:
@@ -2148,7 +2326,7 @@ class State:
 
     # -- ip rule -----------------------------------------------------------------
     _RULE_UNSUPPORTED = frozenset({"tos", "dsfield", "fwmark", "realms", "protocol", "proto",
-                                   "suppress_prefixlength", "suppress_ifgroup", "oif", "l3mdev",
+                                   "suppress_prefixlength", "suppress_ifgroup", "oif",
                                    "uidrange", "ipproto", "sport", "dport", "nat", "map-to",
                                    "not", "flowlabel", "dscp", "tun_id", "goto", "nop"})
 
@@ -2170,6 +2348,7 @@ class State:
         cur = _Cur(rest)
         f = [fam]
         pref = src = dst = iif = table = action = None
+        l3mdev = False
         seen = set()
 
         def once(kw, t):
@@ -2204,6 +2383,9 @@ class State:
             elif t in ("dev", "iif"):
                 once("iif", t)
                 iif = _check_ifname(cur.arg("an interface name"))
+            elif t == "l3mdev":
+                once("l3mdev", t)
+                l3mdev = True
             elif t in self._RULE_UNSUPPORTED:
                 raise _unsupported(t, "rule selector or action")
             else:
@@ -2219,9 +2401,16 @@ class State:
                 once("action", t)
                 action = t
         fam = f[0] or 4
+        if sub == "add" and l3mdev:
+            # fib_nl2rule: an l3mdev rule looks up the VRF's table
+            if table is not None:
+                raise _err("Error: l3mdev and table are mutually exclusive.", "l3mdev")
+            if action not in (None, "lookup"):
+                raise _err(f"Error: l3mdev is a lookup rule, not {action}.", "l3mdev")
+            table = 0
         if sub == "add":
             action = action or "lookup"
-            if action == "lookup":
+            if action == "lookup" and not l3mdev:
                 if table is None:
                     table = RT_TABLE_MAIN
                 if table == 0:
@@ -2233,11 +2422,12 @@ class State:
                 pref = rules[1].pref - 1 if len(rules) >= 2 and rules[1].pref else 0
             if iif is not None:
                 self._iface(iif)
-            rule = Rule(fam, pref, src, dst, iif, table, action)
+            rule = Rule(fam, pref, src, dst, iif, table, action, l3mdev)
             # rule_exists(): same pref, action, table and iif, and the
             # selectors the new rule gives (fib[46]_rule_compare ignores the
             # ones it leaves out)
             if any(r.pref == pref and r.action == action and r.table == table and r.iif == iif
+                   and r.l3mdev == l3mdev
                    and (src is None or r.src == src) and (dst is None or r.dst == dst)
                    for r in rules):
                 raise _err(f"rule pref {pref}: RTNETLINK answers: File exists", str(pref))
@@ -2261,6 +2451,8 @@ class State:
             if table is not None and r.table != (table or RT_TABLE_MAIN):
                 continue
             if action is not None and r.action != action:
+                continue
+            if l3mdev and not r.l3mdev:
                 continue
             del rules[k]
             return
@@ -2462,6 +2654,12 @@ class State:
         if not lo <= v <= hi:
             raise _err(f"value {val} out of range for '{name}' ({lo}..{hi}) (sysctl: setting "
                        "key: Invalid argument)", val)
+        if canon == "net.vrf.strict_mode" and v == 1:
+            # vrf_strict_mode_change: -EBUSY while two VRFs share a table
+            tables = [i.vrf_table for i in self.interfaces.values() if i.kind == "vrf"]
+            if len(tables) != len(set(tables)):
+                raise _err(f"'{name}={val}': sysctl: setting key \"net.vrf.strict_mode\": Device "
+                           "or resource busy (two VRF devices share a table)", name)
         if key == "forwarding" and dev == "all":
             # addrconf_fixup_forwarding / inet_forward_change: all -> default + every device
             if fam == 4 and self.sysctls[canon] == v:
@@ -2478,6 +2676,15 @@ class State:
             self._reconcile([dev], lambda: self.sysctls.__setitem__(canon, v))
         else:
             self.sysctls[canon] = v
+
+    def _vrftable_refused(self, r) -> bool:
+        """Whether adding route ``r`` now would be refused by the End.DT*
+        vrftable checks (VRF devices exist, strict mode off or no VRF bound
+        to the table)."""
+        e = r.encap
+        return (isinstance(e, Seg6Local) and e.vrftable is not None
+                and any(i.kind == "vrf" for i in self.interfaces.values())
+                and (not self.sysctls["net.vrf.strict_mode"] or not self._vrf_bound(e.vrftable)))
 
     # -- dump -------------------------------------------------------------------------
     def dump(self) -> str:
@@ -2511,6 +2718,7 @@ class State:
                         lines.append(sysctl_line(name, self.sysctls[name]))
         # interfaces, in ifindex order
         done = set()
+        vrf_at = None      # where the first VRF device is created
         for itf in sorted(self.interfaces.values(), key=lambda x: x.ifindex):
             if itf.name in done:
                 continue
@@ -2533,11 +2741,16 @@ class State:
                 done.add(peer.name)
             elif itf.kind == "vlan":
                 lines.append(f"ip link add link {_q(itf.link)} name {n} type vlan id {itf.vlan}")
+            elif itf.kind == "vrf":
+                if vrf_at is None:
+                    vrf_at = len(lines)
+                lines.append(f"ip link add {n} type vrf table {_table_str(itf.vrf_table)}")
             else:
                 raise ValueError(f"cannot dump interface kind {itf.kind!r}")
             for x in [itf] + ([self.interfaces[itf.link]] if itf.kind == "veth" else []):
                 settings = []
-                if x.mtu != (65536 if x.kind == "loopback" else 1500):
+                dflt_mtu = {"loopback": 65536, "vrf": 65575}.get(x.kind, 1500)
+                if x.mtu != dflt_mtu:
                     settings.append(f"mtu {x.mtu}")
                 if x.mac != (bytes(6) if x.kind == "loopback" else default_mac(x.ifindex)):
                     settings.append(f"address {_mac_str(x.mac)}")
@@ -2545,6 +2758,10 @@ class State:
                     settings.append("down")
                 if settings:
                     lines.append(f"ip link set dev {_q(x.name)} {' '.join(settings)}")
+        # VRF masters, once every device exists
+        for itf in sorted(self.interfaces.values(), key=lambda x: x.ifindex):
+            if itf.master is not None:
+                lines.append(f"ip link set dev {_q(itf.name)} master {_q(itf.master)}")
         # per-device sysctls
         staged = State().apply("\n".join(lines))
         for itf in sorted(self.interfaces.values(), key=lambda x: x.ifindex):
@@ -2578,9 +2795,25 @@ class State:
         for k, r in staged.routes.items():
             if self.routes.get(k) != r:
                 lines.append(_route_del_line(r))
+        early = []
         for k, r in self.routes.items():
             if staged.routes.get(k) != r:
-                lines.append(_route_add_line(r))
+                if vrf_at is not None and self._vrftable_refused(r):
+                    # added while no VRF device existed (or its VRF went
+                    # away): written before the first VRF, where it is valid
+                    devs = [nh.dev for nh in r.nexthops] + [r.encap.oif]
+                    first = min(i.ifindex for i in self.interfaces.values() if i.kind == "vrf")
+                    if any(d is not None and (d not in self.interfaces
+                                              or self.interfaces[d].ifindex > first)
+                           for d in devs):
+                        raise ValueError(f"cannot dump route {r.prefix}: {r.encap.action} "
+                                         f"vrftable {r.encap.vrftable} has no VRF device bound "
+                                         "to its table and its device was created after a VRF")
+                    early.append(_route_add_line(r))
+                else:
+                    lines.append(_route_add_line(r))
+        if early:
+            lines[vrf_at:vrf_at] = early
         for fam in (4, 6):
             mine, theirs = self.rules.get(fam, []), staged.rules.get(fam, [])
             for pref in sorted({r.pref for r in mine} | {r.pref for r in theirs}):
@@ -2700,7 +2933,9 @@ def _rule_line(r: Rule, op: str) -> str:
         a.append(f"to {r.dst}")
     if r.iif is not None:
         a.append(f"iif {_q(r.iif)}")
-    if r.action == "lookup":
+    if r.l3mdev:
+        a.append("l3mdev")
+    elif r.action == "lookup":
         a.append(f"table {_table_str(r.table)}")
     else:
         a.append(r.action)

@@ -48,6 +48,7 @@ REASONS = (
     ("no_source_address", "SKB_DROP_REASON_NOT_SPECIFIED", "encapsulation needs a source address and none is configured"),
     ("seg6_loop", "", "more than 64 seg6local behaviours in a row for one packet (fastpath's bound)"),
     ("seg6_disabled", "SKB_DROP_REASON_NOT_SPECIFIED", "SRH for this node but seg6_enabled is off (all or the interface)"),
+    ("no_vrf", "SKB_DROP_REASON_NOT_SPECIFIED", "End.DT4/DT6/DT46 vrftable: no VRF device bound to the table (end_dt_get_vrf_rcu)"),
 )
 
 REASON_NAMES = tuple(r[0] for r in REASONS)

@@ -290,7 +290,27 @@ def load_kwargs(state, tables) -> dict:
                 mp_policy4=s.sysctl("net.ipv4.fib_multipath_hash_policy"),
                 v4_full_rpcheck=_v4_custom(s),
                 throw_slots6=_throw_slots(tables, 6), throw_slots4=_throw_slots(tables, 4),
-                strict6=_raw(tables.strict6))
+                strict6=_raw(tables.strict6), s6l_vrf=_s6l_vrf(state, tables))
+
+
+def _s6l_vrf(state, tables):
+    """Per seg6local record, the VRF device an End.DT4/DT6/DT46 vrftable
+    delivers into (end_dt_get_vrf_rcu: the VRF bound to the table, the
+    first when several share it; 0: none, the packet is dropped), -1 for
+    the other records; None while no VRF device exists (vrftable then
+    keeps its table-only meaning, README)."""
+    vrfs = {}
+    for itf in sorted(state.interfaces.values(), key=lambda i: i.ifindex):
+        if itf.kind == "vrf":
+            vrfs.setdefault(itf.vrf_table, itf.ifindex)
+    if not vrfs:
+        return None
+    out = np.full(len(tables.s6l_routes), -1, dtype=np.int32)
+    for k, r in enumerate(tables.s6l_routes):
+        vt = getattr(getattr(r, "encap", None), "vrftable", None) if r is not None else None
+        if vt is not None:
+            out[k] = vrfs.get(vt, 0)
+    return out
 
 
 def _throw_slots(tables, family: int) -> list:

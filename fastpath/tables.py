@@ -40,6 +40,8 @@ FR_ACT = {"lookup": 1, "blackhole": 6, "unreachable": 7, "prohibit": 8}
 
 DSTF_DEAD, DSTF_GATEWAY, DSTF_SHARED = 1, 2, 4
 DEVF_UP, DEVF_FWD6, DEVF_FWD4, DEVF_SEG6, DEVF_LOOPBACK, DEVF_ETHER = 1, 2, 4, 8, 16, 32
+# an l3mdev rule (ip rule ... l3mdev) in the RULE_DTYPE records: has_iif 2, slot -2
+RULE_HAS_L3MDEV, RULE_SLOT_L3MDEV = 2, -2
 NHF_GATEWAY, NHF_DEAD = 1, 2
 ENCAP_NONE, ENCAP_SEG6LOCAL, ENCAP_SEG6 = 0, 1, 2
 
@@ -64,7 +66,8 @@ NH_DTYPE = _rec([
 DEV_DTYPE = _rec([
     ("ifindex", "<u4", 0), ("mtu", "<u4", 4), ("flags", "u1", 8),
     ("seg6_require_hmac", "i1", 9), ("hop_limit", "u1", 10), ("vlan_set", "u1", 11),
-    ("mac", "6u1", 12), ("vlan_tci", "<u2", 18)], 32)
+    ("mac", "6u1", 12), ("vlan_tci", "<u2", 18), ("l3mdev", "<u4", 20), ("l3table", "<u4", 24),
+    ("l3slot6", "<i2", 28), ("l3slot4", "<i2", 30)], 32)
 ADDR_DTYPE = _rec([
     ("addr", "16u1", 0), ("ifindex", "<u4", 16), ("plen", "u1", 20),
     ("family", "u1", 21), ("scope", "u1", 22), ("label", "u1", 23)], 32)
@@ -462,6 +465,7 @@ def _compile_small(t: Tables, state) -> None:
     # --- devices -------------------------------------------------------
     maxidx = max(i.ifindex for i in state.interfaces.values())
     devs = np.zeros(maxidx + 1, dtype=DEV_DTYPE)
+    devs["l3slot6"] = devs["l3slot4"] = -1
     t.ifnames = {}
     t.ifindex = {}
     for itf in state.interfaces.values():
@@ -488,6 +492,15 @@ def _compile_small(t: Tables, state) -> None:
         if getattr(itf, "vlan", None) is not None:
             d["vlan_set"] = 1
             d["vlan_tci"] = itf.vlan
+        # the VRF (l3mdev) of a VRF device or of a device enslaved to one:
+        # its ifindex and table (the LPM slots are _compile_rules')
+        if getattr(itf, "kind", None) == "vrf":
+            d["l3mdev"] = itf.ifindex
+            d["l3table"] = itf.vrf_table
+        elif getattr(itf, "master", None) is not None and itf.master in state.interfaces:
+            m = state.interfaces[itf.master]
+            d["l3mdev"] = m.ifindex
+            d["l3table"] = m.vrf_table
         t.ifnames[itf.ifindex] = itf.name
         t.ifindex[itf.name] = itf.ifindex
     t.devs = devs
@@ -645,11 +658,20 @@ def _compile_rules(t: Tables, state) -> None:
         slot_of = {tb: s for s, tb in enumerate(tables_used)}
         rules = state.rules.get(fam, [])
         arr = np.zeros(len(rules), dtype=RULE_DTYPE)
+        # l3mdev_fib_table(): the LPM slot of each VRF's table, per device
+        l3 = t.devs["l3mdev"] != 0
+        if l3.any():
+            t.devs[f"l3slot{fam}"][l3] = [slot_of.get(int(tb), -1) for tb in t.devs["l3table"][l3]]
         for k, ru in enumerate(rules):
             arr[k]["pref"] = ru.pref
             arr[k]["table"] = ru.table or 0
             arr[k]["action"] = FR_ACT[ru.action]
             arr[k]["slot"] = slot_of.get(ru.table, -1)
+            if getattr(ru, "l3mdev", False):
+                # the table is the packet's VRF's (fib_rule_get_table): the
+                # datapath reads it from the device (fp_dev.l3slot*)
+                arr[k]["slot"] = RULE_SLOT_L3MDEV
+                arr[k]["has_iif"] = RULE_HAS_L3MDEV
             if ru.src is not None:
                 arr[k]["src"] = addr16(ru.src.network_address)
                 arr[k]["src_len"] = ru.src.prefixlen

@@ -23,7 +23,7 @@ from .reasons import REASON_NAMES, VERDICTS
 
 # event codes: the T_* enum of pyx/datapath/ctx.pxi
 (T_RULE, T_LOOKUP, T_ROUTE, T_S6L, T_SRH, T_ADVANCE, T_CSID, T_POP, T_DECAP, T_INSERT,
- T_ENCAP, T_FORWARD, T_ICMP, T_VERDICT, T_TABLE, T_INPUT, T_ICMP_DUE) = range(1, 18)
+ T_ENCAP, T_FORWARD, T_ICMP, T_VERDICT, T_TABLE, T_INPUT, T_ICMP_DUE, T_VRF) = range(1, 19)
 
 # behaviour names by uapi number, from the behaviour table (config.SEG6LOCAL_ACTIONS)
 _ACTIONS = {d.uapi: name for name, d in SEG6LOCAL_ACTIONS.items()}
@@ -60,6 +60,11 @@ def decode(router, events, family_hint=6) -> list:
             ru = rules[fam][a] if a < len(rules[fam]) else None
             what = (f"lookup table {_TABLES.get(b, b)}" if b else
                     (ru.action if ru is not None else "action"))
+            if ru is not None and getattr(ru, "l3mdev", False):
+                vrf = [i.name for i in router.state.interfaces.values()
+                       if i.kind == "vrf" and i.vrf_table == b]
+                what = (f"l3mdev: lookup table {_TABLES.get(b, b)} (VRF {', '.join(vrf)})" if b
+                        else "l3mdev: no VRF")
             pref = ru.pref if ru is not None else "?"
             lines.append(f"  rule pref {pref}: {what}")
         elif code == T_LOOKUP:
@@ -69,6 +74,9 @@ def decode(router, events, family_hint=6) -> list:
             tables = t.slots.get(6, [])
             name = _TABLES.get(tables[a], tables[a]) if a < len(tables) else "(no such table)"
             lines.append(f"    table {name} lookup {_addr(addr)}: {router.describe_dst(b)}")
+        elif code == T_VRF:
+            lines.append(f"    into VRF {t.ifnames.get(a, a)}: received by it, looked up "
+                         "through the rules from it")
         elif code == T_ROUTE:
             lines.append(f"  route: {router.describe_dst(a)}")
         elif code == T_S6L:

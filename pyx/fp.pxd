@@ -12,7 +12,7 @@ line each so that the shared ones (null entry, input routes) and per-worker
 ones never share a line (README, "The multi-process dataplane": the
 route-cache modes and what the kernel shares).
 """
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int32_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int16_t, int32_t, int64_t
 
 # --- verdicts (fastpath/reasons.py VERDICTS) -------------------------------
 cdef enum:
@@ -59,7 +59,8 @@ cdef enum:
     R_NO_SOURCE_ADDRESS = 32
     R_SEG6_LOOP = 33
     R_SEG6_DISABLED = 34
-    R_COUNT = 35
+    R_NO_VRF = 35
+    R_COUNT = 36
 
 # --- route types (uapi RTN_*) ----------------------------------------------
 cdef enum:
@@ -185,7 +186,10 @@ ctypedef struct fp_dev:          # 32 bytes
     uint8_t vlan_set             # 11  1: egress frames carry vlan_tci
     uint8_t mac[6]               # 12
     uint16_t vlan_tci            # 18
-    uint8_t pad[12]              # 20
+    uint32_t l3mdev              # 20  ifindex of its VRF (itself for a VRF device), 0: none
+    uint32_t l3table             # 24  the VRF's table (l3mdev_fib_table)
+    int16_t l3slot6              # 28  LPM slot of that table (-1: empty / none)
+    int16_t l3slot4              # 30
 
 ctypedef struct fp_addr:         # 32 bytes: one local address
     uint8_t addr[16]             # 0   IPv4 in bytes 0..3

@@ -331,19 +331,32 @@ def test_vlan_dummy_and_nic_links():
         nl.link_lines(qinq, {2: eth, 5: qinq})
 
 
-def test_vrf_devices_are_not_supported():
+def test_vrf_devices_and_masters():
     # this kernel has no VRF module, so the messages are built here, as
-    # rtnetlink would send them
-    vrf = _ifinfmsg(5, "vrf-blue", kind="vrf")
-    eth = _ifinfmsg(6, "eth1", master=5)
-    links = {5: vrf, 6: eth}
-    with pytest.raises(nl.NotSupported, match=r"not supported: link vrf-blue: VRF device"):
-        nl.link_lines(vrf, links)
-    with pytest.raises(nl.NotSupported, match=r"not supported: link eth1: VRF master vrf-blue"):
-        nl.link_lines(eth, links)
+    # rtnetlink would send them: the master line comes from the later of a
+    # device and its VRF
+    eth0 = _ifinfmsg(2, "eth0", master=5)
+    vrf = _ifinfmsg(5, "vrf-blue", kind="vrf", data=[("IFLA_VRF_TABLE", 100)])
+    eth1 = _ifinfmsg(6, "eth1", master=5)
+    links = {2: eth0, 5: vrf, 6: eth1}
+    lines = [ln for i in sorted(links) for ln in nl.link_lines(links[i], links)]
+    assert [ln for ln in lines if "vrf" in ln] == [
+        "ip link add vrf-blue type vrf table 100",
+        "ip link set dev vrf-blue mtu 1500 up",
+        "ip link set dev eth0 master vrf-blue",
+        "ip link set dev eth1 master vrf-blue"]
+    st = State().apply("\n".join(lines))
+    assert st.interfaces["vrf-blue"].vrf_table == 100
+    assert st.interfaces["eth0"].master == st.interfaces["eth1"].master == "vrf-blue"
+    bad = _ifinfmsg(5, "vrf-red", kind="vrf")
+    with pytest.raises(nl.NotSupported, match=r"not supported: link vrf-red: VRF device without"):
+        nl.link_lines(bad, {5: bad})
     br = _ifinfmsg(7, "br0", kind="bridge")
+    port = _ifinfmsg(8, "eth2", master=7)
     with pytest.raises(nl.NotSupported, match=r"link br0: link type bridge"):
         nl.link_lines(br, {7: br})
+    with pytest.raises(nl.NotSupported, match=r"link eth2: enslaved to br0 \(bridge\)"):
+        nl.link_lines(port, {7: br, 8: port})
 
 
 def test_missing_namespace_is_a_clear_error(tmp_path):

@@ -10,9 +10,11 @@ What is read, and how it maps onto the configuration language:
 * links (RTM_GETLINK): name, MTU, MAC, administrative up/down (IFF_UP), and
   the kind: ``lo``; ``tun``/``tap`` (``ip tuntap add``); ``veth`` pairs with
   both ends in the namespace; ``vlan`` (802.1Q); ``dummy``; a device without
-  a kind (a NIC) is a device created by mention (``ip link set dev X up``).
-  A VRF device, a device with a master (VRF, bridge, bond), a veth whose
-  peer is in another namespace and any other kind are "not supported".
+  a kind (a NIC) is a device created by mention (``ip link set dev X up``);
+  ``vrf`` (``ip link add NAME type vrf table T``, IFLA_VRF_TABLE) and a VRF
+  master (IFLA_MASTER: ``ip link set dev X master NAME``).  A device with
+  another master (bridge, bond), a veth whose peer is in another namespace
+  and any other kind are "not supported".
 * addresses (RTM_GETADDR): permanent ones only (a finite lifetime, a peer
   address, a label, ``noprefixroute``, ``mngtmpaddr``, a temporary address
   or a non-default IPv4 scope are "not supported").
@@ -492,18 +494,21 @@ def link_lines(msg, links: dict) -> list:
     name = L["name"]
     q = C._q(name)
     what = f"link {name}"
+    mi = None
     if L["master"]:
         m = links.get(L["master"])
         mi = _link_info(m) if m is not None else {"name": f"ifindex {L['master']}", "kind": None}
-        if mi["kind"] == "vrf":
-            raise NotSupported(what, f"VRF master {mi['name']} (VRF devices are not modelled)")
-        raise NotSupported(what, f"enslaved to {mi['name']} ({mi['kind'] or 'master'})")
+        if mi["kind"] != "vrf":
+            raise NotSupported(what, f"enslaved to {mi['name']} ({mi['kind'] or 'master'})")
     kind = L["kind"]
     lines = []
     if L["type"] == ARPHRD_LOOPBACK and name == "lo":
         pass
     elif kind == "vrf":
-        raise NotSupported(what, "VRF device (VRF devices are not modelled)")
+        table = L["data"].get_attr("IFLA_VRF_TABLE") if L["data"] is not None else None
+        if not table:
+            raise NotSupported(what, "VRF device without IFLA_VRF_TABLE")
+        lines.append(f"ip link add {q} type vrf table {table}")
     elif kind == "tun":
         ttype = L["data"].get_attr("IFLA_TUN_TYPE") if L["data"] is not None else 1
         lines.append(f"ip tuntap add dev {q} mode {'tap' if ttype == 2 else 'tun'}")
@@ -537,6 +542,15 @@ def link_lines(msg, links: dict) -> list:
             settings.append(f"address {C._mac_str(mac)}")
     settings.append("up" if L["up"] else "down")
     lines.append(f"ip link set dev {q} {' '.join(settings)}")
+    # IFLA_MASTER: written by the later of the device and its VRF (ifindex
+    # order), once both exist
+    if mi is not None and L["master"] < L["index"]:
+        lines.append(f"ip link set dev {q} master {C._q(mi['name'])}")
+    if kind == "vrf":
+        for idx in sorted(links):
+            o = _link_info(links[idx])
+            if o["master"] == L["index"] and idx < L["index"]:
+                lines.append(f"ip link set dev {C._q(o['name'])} master {q}")
     return lines
 
 

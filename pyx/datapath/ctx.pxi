@@ -129,6 +129,10 @@ cdef struct ctx_t:
     const adj_t* adj              # per nexthop: its way out, resolved at load (fast path)
     const int32_t* s6l_nb         # per seg6local record: the first neighbour entry of its
                                   # nh6 / nh4 (End.X, End.DX6, End.DX4), -1: none
+    bint has_l3mdev               # some device is a VRF or enslaved to one (fp_dev.l3mdev)
+    const int32_t* s6l_vrf        # per seg6local record, NULL while no VRF device exists:
+                                  # End.DT* vrftable's VRF ifindex (0: none bound, drop),
+                                  # -1 for the others
     uint64_t rcache_misses        # route cache misses (lookups that walked the rules)
     bint ahead                    # look routes up ahead (the last chunk missed the cache)
     uint64_t ahead_chunks         # chunks whose routes were looked up ahead
@@ -211,6 +215,7 @@ cdef enum:
     T_TABLE = 15      # a = LPM slot, b = route entry; addr = key
     T_INPUT = 16      # a = family, b = length
     T_ICMP_DUE = 17   # a = type, b = code: an error is due, its route is looked up next
+    T_VRF = 18        # a = VRF ifindex: End.DT* hands the packet to that VRF device
 
 
 cdef inline int64_t pkt_ts(const ctx_t* c, const pkt_t* p) noexcept nogil:

@@ -1,11 +1,38 @@
 # The policy-rule walk over the tables: net/ipv6/fib6_rules.c
-# (fib6_rule_lookup), net/ipv4/fib_rules.c (fib_rules_lookup, fib_lookup).
+# (fib6_rule_lookup), net/ipv4/fib_rules.c (fib_rules_lookup, fib_lookup),
+# net/core/fib_rules.c's l3mdev rules (net/l3mdev/l3mdev.c).
+
+cdef enum:
+    RULE_HAS_L3MDEV = 2           # fp_rule.has_iif of an l3mdev rule (tables.py)
+    RULE_SLOT_L3MDEV = -2         # its slot: the table is the packet's VRF's
+
+
+cdef inline uint32_t l3mdev_of(const ctx_t* c, uint32_t iif) noexcept nogil:
+    """l3mdev_update_flow(): the VRF of the device a lookup is made from
+    (the VRF itself, or the master of an enslaved device), 0: none."""
+    if c.has_l3mdev and iif < c.ndev:
+        return c.devs[iif].l3mdev
+    return 0
+
+
+cdef inline uint32_t l3mdev_out(const ctx_t* c, uint32_t iif) noexcept nogil:
+    """The device an output lookup on behalf of a packet received on
+    ``iif`` is made from: its VRF (icmp6_send / icmp_route_lookup:
+    flowi_oif = l3mdev_master_ifindex(dev)), else lo."""
+    cdef uint32_t l3 = l3mdev_of(c, iif)
+    return l3 if l3 else c.lo_ifindex
 
 
 cdef inline bint rule_match(const fp_rule* r, const uint8_t* saddr, const uint8_t* daddr,
-                            uint32_t iif) noexcept nogil:
-    if r.has_iif and r.iif != iif:
-        return False
+                            uint32_t iif, uint32_t l3) noexcept nogil:
+    """fib_rule_match(): ``l3`` the flow's l3mdev (l3mdev_of); an l3mdev
+    rule matches only a flow that has one (l3mdev_fib_rule_match)."""
+    if r.has_iif:
+        if r.has_iif == RULE_HAS_L3MDEV:
+            if l3 == 0:
+                return False
+        elif r.iif != iif:
+            return False
     if r.src_len and not prefix_match(saddr, r.src, r.src_len):
         return False
     if r.dst_len and not prefix_match(daddr, r.dst, r.dst_len):
@@ -27,30 +54,44 @@ cdef uint32_t fib6_walk(ctx_t* c, const uint8_t* daddr, const uint8_t* saddr,
     goes on after the first rule to that table, whose route could not be
     held (ip6_hold_safe gave the null entry, fib6_rule_action put it and
     tried the next rule): the rules before it and its table are not looked
-    at again -- their tables may have changed since."""
-    cdef uint32_t k, v
+    at again -- their tables may have changed since.
+
+    VRFs: a lookup from a device enslaved to a VRF is the VRF's (the
+    kernel's vrf_l3_rcv makes the VRF the packet's device: ``iif`` rules
+    compare the VRF), and an l3mdev rule looks up the VRF's table (a miss
+    goes on to the next rule, as any table's)."""
+    cdef uint32_t k, v, table
+    cdef int32_t slot
     cdef const fp_rule* r
+    cdef uint32_t l3 = l3mdev_of(c, iif)
+    if l3:
+        iif = l3
     nmiss[0] = 0
     for k in range(c.nrules6):
         r = &c.rules6[k]
-        if not rule_match(r, saddr, daddr, iif):
+        if not rule_match(r, saddr, daddr, iif, l3):
             continue
+        table = r.table
+        slot = r.slot
+        if slot == RULE_SLOT_L3MDEV:
+            table = c.devs[l3].l3table
+            slot = c.devs[l3].l3slot6
         if after_table >= 0:
-            if r.action == FR_ACT_TO_TBL and <int64_t>r.table == after_table:
+            if r.action == FR_ACT_TO_TBL and <int64_t>table == after_table:
                 after_table = -1
                 if hold != NULL:
                     null_hold_put(c, 1)
             continue
-        tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
+        tr(c, T_RULE, k, table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:
-            if r.slot < 0 or <uint32_t>r.slot >= c.nlpm6:
+            if slot < 0 or <uint32_t>slot >= c.nlpm6:
                 continue
             if sdev:
-                v = fib6_table_strict(c, r.slot, daddr, sdev)
+                v = fib6_table_strict(c, slot, daddr, sdev)
             else:
-                v = lpm6_lookup(c.lpm6[r.slot].tbl24, c.lpm6[r.slot].groups, daddr)
-            tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, daddr)
-            if v == 0 or v >= c.ndst or (c.lpm6[r.slot].throws and c.dsts[v].type == RTN_THROW):
+                v = lpm6_lookup(c.lpm6[slot].tbl24, c.lpm6[slot].groups, daddr)
+            tr(c, T_LOOKUP, table, v if v < c.ndst else 0, daddr)
+            if v == 0 or v >= c.ndst or (c.lpm6[slot].throws and c.dsts[v].type == RTN_THROW):
                 if nmiss[0] < 255:
                     nmiss[0] += 1
                 if hold != NULL:
@@ -94,7 +135,7 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
         r = &c.rules6[k]
         m = 0
         for j in range(n):
-            if rt[j] == 0xFFFFFFFFu and rule_match(r, keys[j], keys[j], 0):
+            if rt[j] == 0xFFFFFFFFu and rule_match(r, keys[j], keys[j], 0, 0):
                 pend[m] = j
                 m += 1
         if m == 0:
@@ -147,12 +188,17 @@ cdef void fib6_walk_bulk(const ctx_t* c, const uint8_t** keys, int n, uint32_t* 
 
 cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
                           uint32_t iif) noexcept nogil:
-    """fib_lookup / fib_rules_lookup for IPv4 (addresses in host order)."""
-    cdef uint32_t k, v
+    """fib_lookup / fib_rules_lookup for IPv4 (addresses in host order);
+    VRFs as fib6_walk."""
+    cdef uint32_t k, v, table
+    cdef int32_t slot
     cdef const fp_rule* r
     cdef uint8_t s[4]
     cdef uint8_t d[16]              # 16: a trace event copies a full address
     cdef bint as_bytes = False
+    cdef uint32_t l3 = l3mdev_of(c, iif)
+    if l3:
+        iif = l3
     for k in range(c.nrules4):
         r = &c.rules4[k]
         if r.has_iif or r.src_len or r.dst_len or c.trace != NULL:
@@ -162,17 +208,22 @@ cdef uint32_t fib4_lookup(const ctx_t* c, uint32_t daddr, uint32_t saddr,
                 wr32(s, saddr)
                 wr32(d, daddr)
                 as_bytes = True
-            if not rule_match(r, s, d, iif):
+            if not rule_match(r, s, d, iif, l3):
                 continue
-        tr(c, T_RULE, k, r.table if r.action == FR_ACT_TO_TBL else 0, NULL)
+        table = r.table
+        slot = r.slot
+        if slot == RULE_SLOT_L3MDEV:
+            table = c.devs[l3].l3table
+            slot = c.devs[l3].l3slot4
+        tr(c, T_RULE, k, table if r.action == FR_ACT_TO_TBL else 0, NULL)
         if r.action == FR_ACT_TO_TBL:
-            if r.slot < 0 or <uint32_t>r.slot >= c.nlpm4:
+            if slot < 0 or <uint32_t>slot >= c.nlpm4:
                 continue
-            v = lpm4_lookup(c.lpm4[r.slot].tbl24, c.lpm4[r.slot].groups, daddr)
-            tr(c, T_LOOKUP, r.table, v if v < c.ndst else 0, d)
+            v = lpm4_lookup(c.lpm4[slot].tbl24, c.lpm4[slot].groups, daddr)
+            tr(c, T_LOOKUP, table, v if v < c.ndst else 0, d)
             if v == 0 or v >= c.ndst:
                 continue
-            if c.lpm4[r.slot].throws and c.dsts[v].type == RTN_THROW:
+            if c.lpm4[slot].throws and c.dsts[v].type == RTN_THROW:
                 continue
             return v
         elif r.action == FR_ACT_BLACKHOLE:

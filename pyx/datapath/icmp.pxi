@@ -306,7 +306,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if icmp4_limited(c, type, code) and not icmp_global_allow(c, pkt_ts(c, p)):
         set_drop(p, R_ICMP_SUPPRESSED)
         return False
-    rt = fib4_lookup(c, osrc, odst if was_local else 0, c.lo_ifindex)
+    rt = fib4_lookup(c, osrc, odst if was_local else 0, l3mdev_out(c, p.iif))
     d = &c.dsts[rt]
     if d.type != RTN_UNICAST and d.type != RTN_LOCAL:
         set_drop(p, reason)

@@ -165,7 +165,10 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0
-    idev = dev_get(c, p.iif)
+    # (vrf_ip_rcv: a packet received on a VRF's device is the VRF's, and
+    # IN_DEV_FORWARD is the VRF device's)
+    v = l3mdev_of(c, p.iif)
+    idev = dev_get(c, v if v else p.iif)
     if d.type == RTN_UNICAST:
         if d.encap_type != ENCAP_NONE and d.encap_type != ENCAP_SEG6:
             set_drop(p, R_NOT_SUPPORTED)

@@ -183,7 +183,7 @@ cdef class Datapath:
              int ip_error_cost=0, int ip_error_burst=0,
              uint32_t icmp4_ratemask=0x1818, int icmp_msgs_per_sec=0, int icmp_msgs_burst=50,
              int mp_policy6=0, int mp_policy4=0, bint v4_full_rpcheck=False, dfast=None,
-             throw_slots6=None, throw_slots4=None, strict6=None):
+             throw_slots6=None, throw_slots4=None, strict6=None, s6l_vrf=None):
         """Point the kernel at a new set of tables (all numpy arrays; records
         as uint8 arrays of the struct sizes in fp.pxd).  ``lpm6``/``lpm4``:
         lists of (tbl24, groups) array pairs, indexed by the rules' slots.
@@ -193,7 +193,11 @@ cdef class Datapath:
         of the tables that hold throw routes (a lookup elsewhere does not
         read the entry it finds to tell), or None for all of them.
         ``strict6``: the routes a strict-interface IPv6 lookup may return
-        (uint8 rows of fp_strict, Tables.strict6), or None for none."""
+        (uint8 rows of fp_strict, Tables.strict6), or None for none.
+        ``s6l_vrf``: per seg6local record, the VRF device an End.DT*
+        vrftable delivers into (0: none bound to the table: drop; -1: not
+        a vrftable record), or None while no VRF device exists (vrftable
+        then looks its table up, README)."""
         cdef Py_ssize_t k
         if len(lpm6) > 256 or len(lpm4) > 256:
             raise ValueError("at most 256 routing tables per family")
@@ -297,6 +301,23 @@ cdef class Datapath:
         _resolve_s6l_neighbours(&self.c, <int32_t*>cnp.PyArray_DATA(nb))
         refs.append(nb)
         self.c.s6l_nb = <const int32_t*>cnp.PyArray_DATA(nb)
+        if s6l_vrf is None:
+            self.c.s6l_vrf = NULL
+        else:
+            vrf = np.full(max(len(s6l), 1), -1, dtype=np.int32)
+            v = np.asarray(s6l_vrf, dtype=np.int64)
+            if len(v) > len(s6l) or (len(v) and (v.min() < -1 or v.max() >= len(devs))):
+                raise ValueError("s6l_vrf: one ifindex (or 0, -1) per seg6local record")
+            vrf[:len(v)] = v
+            # the fast path leaves VRF-mode End.DT* to the general path:
+            # their table slots (unused there) are -1 in this private copy
+            sl = s6l.view(np.uint8).reshape(len(s6l), sizeof(fp_s6l)) if len(s6l) else s6l
+            for k in np.nonzero(vrf[:len(s6l)] >= 0)[0]:
+                sl[k, 8:16] = 0xFF
+            refs.append(vrf)
+            self.c.s6l_vrf = <const int32_t*>cnp.PyArray_DATA(vrf)
+        dv = devs.reshape(-1, sizeof(fp_dev)) if len(devs) else devs
+        self.c.has_l3mdev = bool(len(dv)) and bool(dv[:, 20:24].any())
         self.c.srh_blob = <const uint8_t*>cnp.PyArray_DATA(srh_blob)
         # a private copy (the tables may be shared) with each key's inner and
         # outer pad states computed once here, not per packet
@@ -731,7 +752,9 @@ def record_offsets():
     devs = {"ifindex": <char*>&dv.ifindex - b, "mtu": <char*>&dv.mtu - b, "flags": <char*>&dv.flags - b,
             "seg6_require_hmac": <char*>&dv.seg6_require_hmac - b, "hop_limit": <char*>&dv.hop_limit - b,
             "vlan_set": <char*>&dv.vlan_set - b, "mac": <char*>&dv.mac[0] - b,
-            "vlan_tci": <char*>&dv.vlan_tci - b}
+            "vlan_tci": <char*>&dv.vlan_tci - b, "l3mdev": <char*>&dv.l3mdev - b,
+            "l3table": <char*>&dv.l3table - b, "l3slot6": <char*>&dv.l3slot6 - b,
+            "l3slot4": <char*>&dv.l3slot4 - b}
     b = <char*>&a
     addrs = {"addr": <char*>&a.addr[0] - b, "ifindex": <char*>&a.ifindex - b, "plen": <char*>&a.plen - b,
              "family": <char*>&a.family - b, "scope": <char*>&a.scope - b, "label": <char*>&a.label - b}

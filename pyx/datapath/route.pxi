@@ -37,7 +37,7 @@ cdef inline uint32_t icmp6_route_lookup(ctx_t* c, const pkt_t* p, const uint8_t*
                        p.iif if in6_is_linklocal(daddr) else 0, -1)
         dst_use(c, rt)
         return rt
-    return fib6_lookup(c, daddr, saddr, c.lo_ifindex, nmiss)
+    return fib6_lookup(c, daddr, saddr, l3mdev_out(c, p.iif), nmiss)
 
 
 cdef inline uint64_t in6_hash(const uint8_t* daddr) noexcept nogil:

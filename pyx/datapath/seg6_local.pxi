@@ -268,9 +268,34 @@ cdef int end_dx6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     return seg6_ip6_inner(c, p, NULL if in6_is_zero(s.nh6) else s.nh6, -1, False, False)
 
 
+cdef inline int32_t end_dt_vrf(const ctx_t* c, const fp_s6l* s) noexcept nogil:
+    """end_dt_get_vrf_rcu(): the VRF device a vrftable record delivers
+    into, 0 when none is bound to its table (drop), -1 for the table-only
+    behaviour (no VRF device exists at all, or DT6 ``table``)."""
+    cdef int32_t v
+    if c.s6l_vrf == NULL:
+        return -1
+    v = c.s6l_vrf[s - c.s6l]
+    if v > 0 and <uint32_t>v >= c.ndev:
+        return 0
+    return v
+
+
 cdef int end_dt6(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
+    cdef int32_t vrf
     if not decap(c, p, 41, IP6_HLEN):
         return -1
+    vrf = end_dt_vrf(c, s)
+    if vrf >= 0:
+        # end_dt_vrf_core: the packet is received by the VRF device, then
+        # seg6_lookup_any_nexthop(table 0) through the rules from it (the
+        # l3mdev rule gives the VRF's table; its local routes deliver)
+        if vrf == 0:
+            set_drop(p, R_NO_VRF)
+            return -1
+        p.iif = <uint32_t>vrf
+        tr(c, T_VRF, <uint32_t>vrf, 0, NULL)
+        return seg6_ip6_inner(c, p, NULL, -1, False, True)
     return seg6_ip6_inner(c, p, NULL, s.slot6, True, True)
 
 
@@ -297,13 +322,24 @@ cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
 
 
 cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
-    """End.DT4 in VRF mode without a VRF device: the inner packet is looked
-    up in the vrftable (local routes deliver)."""
+    """End.DT4 in VRF mode: into the VRF device bound to the vrftable
+    (ip_route_input from it: the rules, the l3mdev rule giving the VRF's
+    table); without any VRF device the inner packet is looked up in the
+    vrftable only (local routes deliver)."""
+    cdef int32_t vrf
     if not decap(c, p, 4, IP4_HLEN):
         return -1
     if not inner_ip4_ok(p):
         return -1
     p.family = 4
+    vrf = end_dt_vrf(c, s)
+    if vrf >= 0:
+        if vrf == 0:
+            set_drop(p, R_NO_VRF)
+            return -1
+        p.iif = <uint32_t>vrf
+        tr(c, T_VRF, <uint32_t>vrf, 0, NULL)
+        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True)
     if s.slot4 < 0:
         set_drop(p, R_NO_ROUTE)
         return -1
