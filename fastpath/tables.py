@@ -597,7 +597,7 @@ def compile_tables(state, old: Tables | None = None, defer_lpm: bool = False) ->
         if lpm is None:
             lpm = t.lpms[(fam, table)] = t.new_lpm(fam)
         pending.append((lpm, net, new_entries[k].dst))
-    t.lpm_pending = pending
+    t.lpm_pending.extend(pending)      # (after what an earlier deferred update left)
     if not defer_lpm:
         apply_lpm(t)
     _compile_rules(t, state)
@@ -1085,7 +1085,7 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
         if lpm is None:
             lpm = t.lpms[(fam, table)] = t.new_lpm(fam)
         pending.append((lpm, net, e.dst))
-    t.lpm_pending = pending
+    t.lpm_pending.extend(pending)      # (after what an earlier deferred update left)
     if not defer_lpm:
         apply_lpm(t)
     t.throw_tables = {k for k, n in t.throw_count.items() if n}

@@ -310,3 +310,40 @@ def test_seg6local_counters_of_a_reused_index_start_from_zero():
 def _frames_batch(pkts, iif):
     from fastpath import Batch
     return Batch.from_packets(list(pkts), iif=iif, linktype="ethernet")
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_vrf_changes_on_a_dataplane_match_a_fresh_compile(seed):
+    """VRF devices created, enslaved, released and deleted on a running
+    Dataplane (automatic routes moving between tables, tables appearing):
+    the answers of a Router compiled from scratch."""
+    try:
+        from .test_vrf import BASE as VRF_BASE, same_as_from_scratch, vrf_step
+    except ImportError:  # pragma: no cover
+        from test_vrf import BASE as VRF_BASE, same_as_from_scratch, vrf_step
+    rng = random.Random(seed)
+    with Dataplane(VRF_BASE, workers=1, max_routes=4096) as dp:
+        same_as_from_scratch(dp, rng)
+        for _ in range(20):
+            text = "\n".join(vrf_step(rng) for _ in range(rng.choice((1, 1, 2, 3)))) + "\n"
+            before = dp.state.dump()
+            try:
+                dp.configure(text)
+            except (ConfigError, ValueError):
+                assert dp.state.dump() == before, text
+            same_as_from_scratch(dp, rng)
+
+
+def test_every_entry_is_in_its_lpm_from_the_start():
+    """A new Dataplane's LPMs hold exactly its route entries: the empty
+    State's own routes (lo's) and the configuration's, both deferred to the
+    first publication (a second deferred update once overwrote the first's
+    pending changes: 127.0.0.1 and ::1 were missing)."""
+    cfg, pkts, iif = scenario("End")
+    with Dataplane(cfg, workers=1) as dp:
+        t = dp.tables
+        assert t.lpm_pending == []
+        for (fam, table), lpm in t.lpms.items():
+            want = {(net, e.dst) for (f, tb, net), e in t.entries.items() if (f, tb) == (fam, table)}
+            assert set(lpm.prefixes()) == want, (fam, table)
+        assert ipaddress.ip_network("127.0.0.1/32") in t.lpms[(4, 255)]
