@@ -1,0 +1,400 @@
+# AF_PACKET packet I/O for fastpath.run (``fastpath._afpacket``).
+#
+# RX: one TPACKET_V3 ring per interface (Documentation/networking/
+# packet_mmap.rst, "TPACKET_V3"): the kernel fills fixed-size blocks with
+# variable-size frames and hands a whole block over (TP_STATUS_USER in its
+# block_status) when it is full or when the block timer (tp_retire_blk_tov)
+# retires it; the reader walks the block's frames by tp_next_offset and gives
+# the block back (TP_STATUS_KERNEL) when it has read all of them.  ``rx``
+# copies each frame once into a Batch row (at the headroom), with its start,
+# length, l2len (14, or 18 with one 802.1Q tag), iif and timestamp_ns (the
+# tpacket header's tp_sec/tp_nsec); a VLAN tag the kernel stripped into the
+# header (TP_STATUS_VLAN_VALID: tp_vlan_tci, tp_vlan_tpid when
+# TP_STATUS_VLAN_TPID_VALID) is put back between the MAC addresses and the
+# ethertype, so the datapath sees the frame as it was on the wire.  Frames
+# the kernel classified PACKET_OTHERHOST (another station's unicast, seen
+# because the device is promiscuous) are skipped, as ip_rcv/ipv6_rcv drop
+# them; frames longer than a row are skipped and counted.
+#
+# No per-packet Python: one ``rx`` call fills up to ``max`` rows of a Batch
+# from every ready block; one ``tx`` call sends the selected rows of a Batch
+# with sendmmsg(2) (up to 64 messages a system call).
+#
+# A Socket is the unit a Dataplane worker could own later (PACKET_FANOUT
+# would join one Socket per worker to a group): nothing here is global.
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, int32_t, int64_t, uint64_t
+cimport numpy as cnp
+import numpy as np
+import os
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <string.h>
+    #include <unistd.h>
+    #include <poll.h>
+    #include <sys/socket.h>
+    #include <sys/mman.h>
+    #include <arpa/inet.h>
+    #include <net/ethernet.h>
+    #include <linux/if_packet.h>
+    #ifndef PACKET_IGNORE_OUTGOING
+    #define PACKET_IGNORE_OUTGOING 23
+    #endif
+
+    typedef struct {
+        int fd;
+        uint8_t *ring;
+        size_t ring_len;
+        unsigned block_size, block_nr;
+        unsigned cur;                 /* block being read */
+        unsigned left;                /* frames left in it (0: not started) */
+        uint8_t *pkt;                 /* next frame in it */
+        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial;
+    } fpap_ring;
+
+    /* Open, ring and bind: returns fd >= 0, or -errno with *stage naming the
+       step that failed (0 socket, 1 version, 2 ring, 3 mmap, 4 bind,
+       5 ignore-outgoing, 6 qdisc bypass). */
+    static int fpap_open(fpap_ring *r, int ifindex, unsigned block_size, unsigned block_nr,
+                         unsigned frame_size, int tov_ms, int bypass, int *stage) {
+        struct tpacket_req3 req;
+        struct sockaddr_ll sll;
+        int one = 1, v = TPACKET_V3, fd, e;
+        memset(r, 0, sizeof(*r));
+        r->fd = -1;
+        /* protocol 0 until bound: no frames queue from other devices */
+        *stage = 0;
+        fd = socket(AF_PACKET, SOCK_RAW, 0);
+        if (fd < 0) return -errno;
+        *stage = 1;
+        if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0) goto fail;
+        *stage = 5;
+        if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) goto fail;
+        *stage = 6;
+        if (bypass && setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) < 0) goto fail;
+        *stage = 2;
+        memset(&req, 0, sizeof(req));
+        req.tp_block_size = block_size;
+        req.tp_block_nr = block_nr;
+        req.tp_frame_size = frame_size;
+        req.tp_frame_nr = (block_size / frame_size) * block_nr;
+        req.tp_retire_blk_tov = tov_ms;
+        req.tp_feature_req_word = 0;
+        if (setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0) goto fail;
+        *stage = 3;
+        r->ring_len = (size_t)block_size * block_nr;
+        r->ring = mmap(NULL, r->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_LOCKED, fd, 0);
+        if (r->ring == MAP_FAILED) {
+            r->ring = mmap(NULL, r->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (r->ring == MAP_FAILED) { r->ring = NULL; goto fail; }
+        }
+        *stage = 4;
+        memset(&sll, 0, sizeof(sll));
+        sll.sll_family = AF_PACKET;
+        sll.sll_protocol = htons(ETH_P_ALL);
+        sll.sll_ifindex = ifindex;
+        if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) goto fail;
+        r->fd = fd;
+        r->block_size = block_size;
+        r->block_nr = block_nr;
+        return fd;
+    fail:
+        e = errno;
+        if (r->ring) munmap(r->ring, r->ring_len);
+        r->ring = NULL;
+        close(fd);
+        return -e;
+    }
+
+    static void fpap_close(fpap_ring *r) {
+        if (r->ring) munmap(r->ring, r->ring_len);
+        r->ring = NULL;
+        if (r->fd >= 0) close(r->fd);
+        r->fd = -1;
+    }
+
+    /* Copy up to max frames into rows [0, max) of data (slot bytes each),
+       each at offset headroom.  Returns the number of rows filled. */
+    static int fpap_rx(fpap_ring *r, uint8_t *data, int slot, int headroom, int max,
+                       int32_t *start, int32_t *length, uint16_t *l2len, uint32_t *iif,
+                       int64_t *ts, uint32_t iifv) {
+        int n = 0;
+        int room = slot - headroom;
+        while (n < max && r->ring) {
+            struct tpacket_block_desc *bd =
+                (struct tpacket_block_desc *)(r->ring + (size_t)r->cur * r->block_size);
+            if (r->left == 0) {
+                if (!(__atomic_load_n(&bd->hdr.bh1.block_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER))
+                    break;
+                r->left = bd->hdr.bh1.num_pkts;
+                r->pkt = (uint8_t *)bd + bd->hdr.bh1.offset_to_first_pkt;
+                if (r->left == 0) goto release;
+            }
+            while (r->left && n < max) {
+                struct tpacket3_hdr *h = (struct tpacket3_hdr *)r->pkt;
+                const struct sockaddr_ll *sll =
+                    (const struct sockaddr_ll *)(r->pkt + TPACKET_ALIGN(sizeof(struct tpacket3_hdr)));
+                const uint8_t *f = r->pkt + h->tp_mac;
+                unsigned len = h->tp_snaplen;
+                int vlan = (h->tp_status & TP_STATUS_VLAN_VALID) != 0;
+                r->left--;
+                r->pkt += h->tp_next_offset;
+                if (sll->sll_pkttype == PACKET_OTHERHOST || sll->sll_pkttype == PACKET_OUTGOING) {
+                    r->otherhost++;
+                    continue;
+                }
+                if (h->tp_snaplen < h->tp_len) { r->truncated++; continue; }
+                if ((int)(len + (vlan ? 4 : 0)) > room || len < 14) { r->oversize++; continue; }
+                {
+                    uint8_t *row = data + (size_t)n * slot + headroom;
+                    uint16_t et;
+                    if (vlan) {
+                        uint16_t tpid = (h->tp_status & TP_STATUS_VLAN_TPID_VALID)
+                                        ? h->hv1.tp_vlan_tpid : 0x8100;
+                        memcpy(row, f, 12);
+                        row[12] = tpid >> 8; row[13] = tpid & 0xff;
+                        row[14] = (h->hv1.tp_vlan_tci >> 8) & 0xff; row[15] = h->hv1.tp_vlan_tci & 0xff;
+                        memcpy(row + 16, f + 12, len - 12);
+                        len += 4;
+                        r->vlan_restored++;
+                    } else {
+                        memcpy(row, f, len);
+                    }
+                    if (h->tp_status & TP_STATUS_CSUMNOTREADY) r->csum_partial++;
+                    et = (uint16_t)(row[12] << 8 | row[13]);
+                    start[n] = headroom;
+                    length[n] = (int32_t)len;
+                    l2len[n] = (et == 0x8100 && len >= 18) ? 18 : 14;
+                    iif[n] = iifv;
+                    ts[n] = (int64_t)h->tp_sec * 1000000000LL + h->tp_nsec;
+                    n++;
+                    r->rx++;
+                }
+            }
+            if (r->left)
+                break;          /* the batch is full: the rest of this block next time */
+        release:
+            __atomic_store_n(&bd->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+            r->cur = (r->cur + 1) % r->block_nr;
+        }
+        return n;
+    }
+
+    /* sendmmsg the rows idx[0..n) (start/length per row); returns the number
+       the kernel accepted; *err: errno of the first refusal (0 if none). */
+    static int fpap_tx(int fd, uint8_t *data, int slot, const int32_t *start,
+                       const int32_t *length, const int32_t *idx, int n, int *err) {
+        struct mmsghdr msgs[64];
+        struct iovec iov[64];
+        int done = 0, k, m, rc;
+        *err = 0;
+        while (done < n) {
+            m = n - done < 64 ? n - done : 64;
+            for (k = 0; k < m; k++) {
+                int i = idx[done + k];
+                iov[k].iov_base = data + (size_t)i * slot + start[i];
+                iov[k].iov_len = (size_t)length[i];
+                memset(&msgs[k].msg_hdr, 0, sizeof(msgs[k].msg_hdr));
+                msgs[k].msg_hdr.msg_iov = &iov[k];
+                msgs[k].msg_hdr.msg_iovlen = 1;
+            }
+            rc = sendmmsg(fd, msgs, m, 0);
+            if (rc < 0) {
+                if (errno == EINTR) continue;
+                *err = errno;
+                /* skip the message that failed (ENOBUFS, EMSGSIZE, ...) */
+                done += 1;
+                continue;
+            }
+            done += rc;
+            if (rc < m && rc == 0) done += 1;
+        }
+        return done;
+    }
+
+    static int fpap_poll(const int *fds, int n, int timeout_ms, int *ready) {
+        struct pollfd p[64];
+        int k, rc;
+        if (n > 64) n = 64;
+        for (k = 0; k < n; k++) { p[k].fd = fds[k]; p[k].events = POLLIN | POLLERR; p[k].revents = 0; }
+        rc = poll(p, n, timeout_ms);
+        if (rc < 0) return errno == EINTR ? 0 : -errno;
+        for (k = 0; k < n; k++) ready[k] = p[k].revents != 0;
+        return rc;
+    }
+
+    static int fpap_ready(const fpap_ring *r) {
+        const struct tpacket_block_desc *bd =
+            (const struct tpacket_block_desc *)(r->ring + (size_t)r->cur * r->block_size);
+        return r->left || (__atomic_load_n(&bd->hdr.bh1.block_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER);
+    }
+
+    static int fpap_stats(int fd, unsigned *packets, unsigned *drops, unsigned *freeze) {
+        struct tpacket_stats_v3 st;
+        socklen_t l = sizeof(st);
+        memset(&st, 0, sizeof(st));
+        if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &l) < 0) return -errno;
+        *packets = st.tp_packets; *drops = st.tp_drops; *freeze = st.tp_freeze_q_cnt;
+        return 0;
+    }
+    """
+    ctypedef struct fpap_ring:
+        int fd
+        unsigned block_size, block_nr
+        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial
+    int fpap_open(fpap_ring* r, int ifindex, unsigned block_size, unsigned block_nr,
+                  unsigned frame_size, int tov_ms, int bypass, int* stage) nogil
+    void fpap_close(fpap_ring* r) nogil
+    int fpap_rx(fpap_ring* r, uint8_t* data, int slot, int headroom, int max, int32_t* start,
+                int32_t* length, uint16_t* l2len, uint32_t* iif, int64_t* ts, uint32_t iifv) nogil
+    int fpap_tx(int fd, uint8_t* data, int slot, const int32_t* start, const int32_t* length,
+                const int32_t* idx, int n, int* err) nogil
+    int fpap_poll(const int* fds, int n, int timeout_ms, int* ready) nogil
+    int fpap_ready(const fpap_ring* r) nogil
+    int fpap_stats(int fd, unsigned* packets, unsigned* drops, unsigned* freeze) nogil
+
+
+_STAGES = ("socket(AF_PACKET, SOCK_RAW)", "PACKET_VERSION TPACKET_V3", "PACKET_RX_RING",
+           "mmap of the ring", "bind", "PACKET_IGNORE_OUTGOING", "PACKET_QDISC_BYPASS")
+
+
+class AfPacketError(OSError):
+    """An AF_PACKET socket could not be set up (the message says which step
+    and why, for a person)."""
+
+
+cdef class Socket:
+    """One interface's AF_PACKET socket: a TPACKET_V3 RX ring bound with
+    ETH_P_ALL and PACKET_IGNORE_OUTGOING, and sendmmsg for TX.
+
+    ``ifindex``: the system's; ``iif``: the value ``rx`` writes into the
+    batch's iif (the Router's ifindex for the device)."""
+    cdef fpap_ring r
+    cdef readonly int ifindex
+    cdef readonly uint32_t iif
+    cdef readonly str name
+    cdef readonly bint qdisc_bypass
+    cdef public uint64_t tx_packets, tx_errors
+
+    def __cinit__(self):
+        self.r.fd = -1
+
+    def __init__(self, str name, int ifindex, uint32_t iif=0, *, unsigned block_size=1 << 18,
+                 unsigned block_nr=16, unsigned frame_size=2048, int block_timeout_ms=1,
+                 bint qdisc_bypass=False):
+        cdef int stage = 0
+        cdef int rc = fpap_open(&self.r, ifindex, block_size, block_nr, frame_size,
+                                block_timeout_ms, qdisc_bypass, &stage)
+        if rc < 0:
+            err = -rc
+            hint = ""
+            if err in (1, 13):   # EPERM, EACCES
+                hint = " (AF_PACKET needs root or CAP_NET_RAW)"
+            elif err == 19:      # ENODEV
+                hint = " (no such interface)"
+            raise AfPacketError(err, f"{name}: {_STAGES[stage]}: {os.strerror(err)}{hint}")
+        self.name = name
+        self.ifindex = ifindex
+        self.iif = iif or ifindex
+        self.qdisc_bypass = qdisc_bypass
+        self.tx_packets = 0
+        self.tx_errors = 0
+
+    def __dealloc__(self):
+        fpap_close(&self.r)
+
+    def close(self):
+        fpap_close(&self.r)
+
+    def fileno(self):
+        return self.r.fd
+
+    @property
+    def closed(self):
+        return self.r.fd < 0
+
+    def ready(self):
+        """Whether a block (or the rest of one) is waiting to be read."""
+        return self.r.fd >= 0 and bool(fpap_ready(&self.r))
+
+    def rx(self, batch, int offset=0, int max=-1):
+        """Fill rows ``offset``.. of ``batch`` (a fastpath Batch, Ethernet)
+        with the frames waiting in the ring; returns how many."""
+        cdef cnp.ndarray data = batch.data
+        cdef int n = data.shape[0], slot = data.shape[1]
+        cdef cnp.ndarray start = batch.start, length = batch.length, l2len = batch.l2len
+        cdef cnp.ndarray iif = batch.iif, ts = batch.timestamp_ns
+        if max < 0 or max > n - offset:
+            max = n - offset
+        if max <= 0 or self.r.fd < 0:
+            return 0
+        cdef int got, hr = batch.headroom
+        cdef uint8_t* base = <uint8_t*>cnp.PyArray_DATA(data) + <size_t>offset * slot
+        got = fpap_rx(&self.r, base, slot, hr, max,
+                      <int32_t*>cnp.PyArray_DATA(start) + offset,
+                      <int32_t*>cnp.PyArray_DATA(length) + offset,
+                      <uint16_t*>cnp.PyArray_DATA(l2len) + offset,
+                      <uint32_t*>cnp.PyArray_DATA(iif) + offset,
+                      <int64_t*>cnp.PyArray_DATA(ts) + offset, self.iif)
+        return got
+
+    def tx(self, batch, cnp.ndarray idx):
+        """Send rows ``idx`` (int32 indices) of ``batch`` as they stand
+        (data[start:start+length]); returns how many the kernel took."""
+        cdef cnp.ndarray data = batch.data
+        cdef cnp.ndarray start = batch.start, length = batch.length
+        cdef cnp.ndarray ix = np.ascontiguousarray(idx, dtype=np.int32)
+        cdef int err = 0, sent
+        if self.r.fd < 0 or len(ix) == 0:
+            return 0
+        sent = fpap_tx(self.r.fd, <uint8_t*>cnp.PyArray_DATA(data), data.shape[1],
+                       <const int32_t*>cnp.PyArray_DATA(start), <const int32_t*>cnp.PyArray_DATA(length),
+                       <const int32_t*>cnp.PyArray_DATA(ix), len(ix), &err)
+        self.tx_packets += sent
+        return sent
+
+    def send(self, frame):
+        """One frame (bytes): the control plane's ARP/ND and queued packets."""
+        cdef bytes b = bytes(frame)
+        if self.r.fd < 0:
+            return 0
+        try:
+            os.write(self.r.fd, b)
+        except OSError:
+            self.tx_errors += 1
+            return 0
+        self.tx_packets += 1
+        return 1
+
+    def counters(self):
+        """rx, skipped frames by cause, tx, and the kernel's ring statistics
+        (PACKET_STATISTICS: packets, drops; reading them resets them)."""
+        cdef unsigned p = 0, d = 0, fz = 0
+        if self.r.fd >= 0:
+            fpap_stats(self.r.fd, &p, &d, &fz)
+        return {"rx": self.r.rx, "rx_otherhost": self.r.otherhost, "rx_oversize": self.r.oversize,
+                "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
+                "rx_csum_partial": self.r.csum_partial, "tx": self.tx_packets,
+                "tx_errors": self.tx_errors, "ring_packets": p, "ring_drops": d}
+
+
+def poll(sockets, int timeout_ms):
+    """Wait until one of ``sockets`` has a block ready (or timeout_ms):
+    returns the list of those that are ready (one poll(2))."""
+    cdef int fds[64]
+    cdef int ready[64]
+    cdef int n = 0, rc
+    socks = list(sockets)[:64]
+    for s in socks:
+        fds[n] = s.fileno()
+        ready[n] = 0
+        n += 1
+    with nogil:
+        rc = fpap_poll(fds, n, timeout_ms, ready)
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc))
+    return [socks[k] for k in range(n) if ready[k]]
