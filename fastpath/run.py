@@ -1,0 +1,127 @@
+"""python -m fastpath.run: fastpath as a router on live interfaces.
+
+    python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
+        [--stats] [--neigh] [--json] [--duration S] [--batch N] [--qdisc-bypass]
+
+The configuration's device names are the system's interfaces (their MAC,
+MTU and ifindex read from the system unless the configuration sets MAC or
+MTU; the system is not changed).  While it runs, an nftables ``netdev``
+table with an ingress drop on each attached interface keeps the kernel from
+routing the same packets; it is removed on exit (normal, error, Ctrl-C,
+SIGTERM, SIGHUP).  Exit status: 0, 2 for a person's error (one line on
+stderr: missing interface, not root, bad configuration, nft missing), 1 for
+anything else.  See README "On the wire".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+
+class _Stop(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fastpath.run",
+                                 description="fastpath as a router on live interfaces (AF_PACKET)")
+    ap.add_argument("--config", required=True, help="configuration file (iproute2/sysctl lines)")
+    ap.add_argument("--iface", action="append", default=None,
+                    help="an interface to attach (repeat); default: every device of the configuration")
+    ap.add_argument("--stats", action="store_true", help="print counters at exit")
+    ap.add_argument("--neigh", action="store_true", help="print the neighbour table at exit")
+    ap.add_argument("--json", action="store_true", help="counters and neighbours as JSON")
+    ap.add_argument("--duration", type=float, default=None, help="stop after S seconds")
+    ap.add_argument("--batch", type=int, default=256, help="packets per batch (default 256)")
+    ap.add_argument("--qdisc-bypass", action="store_true", help="PACKET_QDISC_BYPASS on TX")
+    ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    from .wire.live import Live, LiveError
+    try:
+        with open(args.config) as f:
+            text = f.read()
+    except OSError as e:
+        print(f"fastpath.run: {args.config}: {e.strerror}", file=sys.stderr)
+        return 2
+    if args.batch < 1 or args.batch > 65536:
+        print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
+        return 2
+
+    stopping = {"sig": None}
+
+    def on_signal(signum, _frame):
+        stopping["sig"] = signum
+        raise _Stop()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass)
+    t0 = time.monotonic()
+    rc = 0
+    try:
+        try:
+            live.open()
+        except LiveError as e:
+            print(f"fastpath.run: {e}", file=sys.stderr)
+            return 2
+        if args.ready_file:
+            with open(args.ready_file, "w") as f:
+                f.write(live.guard.name + "\n")
+        end = None if args.duration is None else t0 + args.duration
+        try:
+            while end is None or time.monotonic() < end:
+                live.step(50)
+        except _Stop:
+            pass
+    except _Stop:
+        pass
+    finally:
+        # no signal may interrupt the cleanup
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        live.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    elapsed = time.monotonic() - t0
+    if live.router is not None:
+        _report(live, args, elapsed, stopping["sig"])
+    return rc
+
+
+def _report(live, args, elapsed, sig):
+    c = live.counters()
+    out = sys.stdout
+    if args.json:
+        doc = {"elapsed_s": round(elapsed, 3), "signal": signal.Signals(sig).name if sig else None,
+               "counters": c}
+        if args.neigh:
+            doc["neighbours"] = live.neighbours()
+        json.dump(doc, out, indent=1, sort_keys=True)
+        out.write("\n")
+        return
+    rx = sum(i["rx"] for i in c["interfaces"].values())
+    tx = sum(i["tx"] for i in c["interfaces"].values())
+    how = f" ({signal.Signals(sig).name})" if sig else ""
+    print(f"fastpath.run: stopped{how} after {elapsed:.1f} s: {rx} packets received, {tx} sent",
+          file=out)
+    if args.stats:
+        for name, i in c["interfaces"].items():
+            print(f"  {name}: rx {i['rx']} tx {i['tx']} ring_drops {i['ring_drops']}"
+                  f" otherhost {i['rx_otherhost']}", file=out)
+        print("  verdicts: " + " ".join(f"{k} {v}" for k, v in c["verdicts"].items()), file=out)
+        drops = {k: v for k, v in c["reasons"].items() if k != "none"}
+        drops.update({k: v for k, v in c["wire"].items() if v})
+        if drops:
+            print("  reasons: " + " ".join(f"{k} {v}" for k, v in sorted(drops.items())), file=out)
+        print("  neighbour: " + " ".join(f"{k} {v}" for k, v in c["neighbour"].items() if v),
+              file=out)
+    if args.neigh:
+        for line in live.neighbours():
+            print(line, file=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
