@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -71,13 +72,24 @@ def main(argv=None) -> int:
             with open(args.ready_file, "w") as f:
                 f.write(live.guard.name + "\n")
         end = None if args.duration is None else t0 + args.duration
+        # a test hook: an exception inside the loop (tests/test_wire.py
+        # proves the nftables table goes away on that exit path too)
+        fault = os.environ.get("FASTPATH_RUN_FAULT") == "raise"
         try:
             while end is None or time.monotonic() < end:
                 live.step(50)
+                if fault:
+                    raise RuntimeError("fault injected by FASTPATH_RUN_FAULT")
         except _Stop:
             pass
     except _Stop:
         pass
+    except Exception as e:
+        if os.environ.get("FASTPATH_TRACEBACK"):
+            raise
+        print(f"fastpath.run: internal error: {type(e).__name__}: {e}"
+              " (FASTPATH_TRACEBACK=1 shows where)", file=sys.stderr)
+        rc = 1
     finally:
         # no signal may interrupt the cleanup
         for s in old:

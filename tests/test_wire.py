@@ -1,0 +1,299 @@
+"""fastpath on the wire (python -m fastpath.run): real kernels as hosts.
+
+    h1 (10.1.0.2, 2001:db8:1::2) --veth-- [r1  fastpath  r2] --veth-- h2 (10.2.0.2, 2001:db8:2::2)
+
+Each of h1, h2 and r is a network namespace made for the module and deleted
+after it (a finally: nothing is left on the host).  fastpath runs in r in a
+subprocess, as a user runs it.  r's kernel is configured as the same router
+(addresses, forwarding on) so that, without fastpath's nftables ingress drop,
+it would forward and answer ARP/ND too: the duplicate counts below prove it
+does not.  The ARP reply and NA fastpath sends are compared byte for byte
+with the kernel's for the same request (the kernel in fastpath's place).
+
+Skipped, with the reason, without root, ip, nft or veth.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOOL = str(pathlib.Path(__file__).with_name("wire_tool.py"))
+P = f"fpw{os.getpid() % 100000}"
+H1, H2, R = P + "h1", P + "h2", P + "r"
+
+CONF = """\
+ip addr add 10.1.0.1/24 dev r1
+ip -6 addr add 2001:db8:1::1/64 dev r1
+ip addr add 10.2.0.1/24 dev r2
+ip -6 addr add 2001:db8:2::1/64 dev r2
+ip route add 10.9.0.0/24 via 10.2.0.99 dev r2
+"""
+
+
+def _sh(*cmd, check=True, ns=None, **kw):
+    if ns:
+        cmd = ("ip", "netns", "exec", ns) + cmd
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def _why_skip():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, AF_PACKET, nftables)"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (apt-get install {'iproute2' if tool == 'ip' else 'nftables'})"
+    probe = P + "probe"
+    try:
+        _sh("ip", "netns", "add", probe)
+        try:
+            _sh("ip", "-n", probe, "link", "add", "fpa", "type", "veth", "peer", "name", "fpb")
+            _sh("nft", "list", "tables", ns=probe)
+        finally:
+            _sh("ip", "netns", "del", probe, check=False)
+    except subprocess.CalledProcessError as e:
+        return f"network namespaces / veth / nftables not available: {e.stderr.strip()[:100]}"
+    return None
+
+
+_SKIP = _why_skip()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+
+@pytest.fixture(scope="module")
+def topo(tmp_path_factory):
+    made = []
+    try:
+        for n in (H1, H2, R):
+            _sh("ip", "netns", "add", n)
+            made.append(n)
+        _sh("ip", "-n", R, "link", "add", "r1", "type", "veth", "peer", "name", "h1e", "netns", H1)
+        _sh("ip", "-n", R, "link", "add", "r2", "type", "veth", "peer", "name", "h2e", "netns", H2)
+        for h, a4, a6, g4, g6 in ((H1, "10.1.0.2/24", "2001:db8:1::2/64", "10.1.0.1", "2001:db8:1::1"),
+                                  (H2, "10.2.0.2/24", "2001:db8:2::2/64", "10.2.0.1", "2001:db8:2::1")):
+            dev = "h1e" if h == H1 else "h2e"
+            _sh("ip", "-n", h, "link", "set", "lo", "up")
+            _sh("ip", "-n", h, "addr", "add", a4, "dev", dev)
+            _sh("ip", "-n", h, "-6", "addr", "add", a6, "dev", dev, "nodad")
+            _sh("ip", "-n", h, "link", "set", dev, "up")
+            _sh("ip", "-n", h, "route", "add", "default", "via", g4)
+            _sh("ip", "-n", h, "-6", "route", "add", "default", "via", g6)
+        # r's kernel: the same router, so that only the ingress drop keeps
+        # it from forwarding and answering too
+        _sh("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", ns=R)
+        for dev, a4, a6 in (("r1", "10.1.0.1/24", "2001:db8:1::1/64"),
+                            ("r2", "10.2.0.1/24", "2001:db8:2::1/64")):
+            _sh("ip", "-n", R, "addr", "add", a4, "dev", dev)
+            _sh("ip", "-n", R, "-6", "addr", "add", a6, "dev", dev, "nodad")
+            _sh("ip", "-n", R, "link", "set", dev, "up")
+        conf = tmp_path_factory.mktemp("wire") / "r.conf"
+        conf.write_text(CONF)
+        yield {"conf": str(conf), "dir": conf.parent}
+    finally:
+        for n in made:
+            _sh("ip", "netns", "del", n, check=False)
+
+
+def _tables():
+    out = _sh("nft", "list", "tables", "netdev", ns=R).stdout
+    return [l.split()[2] for l in out.splitlines() if "fastpath_" in l]
+
+
+def _start(topo, *args, env=None):
+    ready = topo["dir"] / f"ready{time.monotonic_ns()}"
+    cmd = ["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run", "--config", topo["conf"],
+           "--iface", "r1", "--iface", "r2", "--ready-file", str(ready)] + list(args)
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    e.update(env or {})
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
+    end = time.monotonic() + 20
+    while not ready.exists():
+        if p.poll() is not None or time.monotonic() > end:
+            out, err = p.communicate(timeout=5) if p.poll() is not None else ("", "")
+            p.kill()
+            pytest.fail(f"fastpath.run did not start: {err or out}")
+        time.sleep(0.02)
+    return p, ready.read_text().strip()
+
+
+def _stop(p, sig=signal.SIGTERM):
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=20)
+    return p.returncode, out, err
+
+
+def _flush_hosts():
+    _sh("ip", "-n", H1, "neigh", "flush", "dev", "h1e")
+    _sh("ip", "-n", H2, "neigh", "flush", "dev", "h2e")
+
+
+def _nstat(ns, name):
+    out = _sh("nstat", "-az", name, ns=ns, check=False).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[0] == name:
+            return int(parts[1])
+    return 0
+
+
+def test_ping_through_fastpath(topo):
+    """IPv4 and IPv6 pings h1 -> h2 through fastpath, no static neighbours:
+    the hosts resolve fastpath's MAC (ARP, NS) and fastpath theirs; h2 sees
+    each echo request once (r's kernel, also a router, sees none)."""
+    _flush_hosts()
+    p, table = _start(topo, "--json", "--neigh")
+    try:
+        assert table in _tables()
+        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
+        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+    finally:
+        rc, out, err = _stop(p)
+    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr
+    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr
+    # the kernel of r forwarded none of them (no duplicates at h2)
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    assert rc == 0 and "Traceback" not in err, err
+    doc = json.loads(out)
+    c = doc["counters"]
+    assert c["verdicts"]["forward"] >= 12
+    nb = c["neighbour"]
+    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
+    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
+    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
+    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
+                   ("2001:db8:2::2", "r2")):
+        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+    assert table not in _tables()
+
+
+def test_unresolvable_nexthop_counts_neigh_failed(topo):
+    """10.9.0.0/24 via 10.2.0.99: nobody answers; after mcast_solicit (3)
+    ARP requests retrans_time (1 s) apart the queued packets are dropped
+    with reason neigh_failed."""
+    p, _table = _start(topo, "--json", "--neigh")
+    try:
+        _sh(sys.executable, TOOL, "udp", "10.9.0.5", "9", "2", ns=H1)
+        time.sleep(3.6)
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+    c = json.loads(out)["counters"]
+    assert c["wire"]["neigh_failed"] == 2
+    assert c["neighbour"]["arp_requests_tx"] >= 3
+    assert "10.2.0.99 dev r2 FAILED" in json.loads(out)["neighbours"]
+
+
+ARP_REQ = ("ffffffffffff" "{h1mac}" "0806" "0001080006040001" "{h1mac}" "0a010002"
+           "000000000000" "0a010001")
+
+
+def _mac(ns, dev):
+    return _sh("cat", f"/sys/class/net/{dev}/address", ns=ns).stdout.strip().replace(":", "")
+
+
+def _ns_frame(h1mac, multicast):
+    from fastpath.wire.neigh import mcast_mac6, ns_frame, solicited_node
+    import ipaddress
+    src = ipaddress.IPv6Address("2001:db8:1::2").packed
+    tgt = ipaddress.IPv6Address("2001:db8:1::1").packed
+    mac = bytes.fromhex(h1mac)
+    if multicast:
+        mc = solicited_node(tgt)
+        return ns_frame(mcast_mac6(mc), mac, src, mc, tgt)
+    rmac = bytes.fromhex(_mac(R, "r1"))
+    return ns_frame(rmac, mac, src, tgt, tgt)
+
+
+def _replies(h1mac):
+    out = {}
+    for name, frame, kind in (("arp", bytes.fromhex(ARP_REQ.format(h1mac=h1mac)), "arp-reply"),
+                              ("na-mcast", _ns_frame(h1mac, True), "na"),
+                              ("na-ucast", _ns_frame(h1mac, False), "na")):
+        r = _sh(sys.executable, TOOL, "xchg", "h1e", frame.hex(), kind, "2", ns=H1,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        out[name] = r.stdout.strip()
+    return out
+
+
+def test_arp_reply_and_na_bytes_as_the_kernel(topo):
+    """The same ARP request and NS (multicast and unicast, with a source
+    link-layer option) from h1: the kernel of r answers first, then
+    fastpath in its place; the replies are the same bytes."""
+    h1mac = _mac(H1, "h1e")
+    for _ in range(10):
+        # a freshly made link: the kernel answers NS once its IPv6 is ready
+        kernel = _replies(h1mac)
+        if all(kernel.values()):
+            break
+        time.sleep(0.3)
+    assert all(kernel.values()), kernel
+    p, _table = _start(topo)
+    try:
+        ours = _replies(h1mac)
+    finally:
+        _stop(p)
+    for k in kernel:
+        assert ours[k] == kernel[k], f"{k}: fastpath {ours[k]} kernel {kernel[k]}"
+
+
+@pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM", "SIGHUP"])
+def test_nft_table_removed_on_every_exit(topo, how):
+    env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
+    args = ["--duration", "0.5"] if how == "normal" else ["--duration", "30"]
+    p, table = _start(topo, *args, env=env)
+    if how in ("SIGINT", "SIGTERM", "SIGHUP"):
+        assert table in _tables()
+        rc, out, err = _stop(p, getattr(signal, how))
+        assert rc == 0 and f"stopped ({how})" in out
+    else:
+        out, err = p.communicate(timeout=20)
+        rc = p.returncode
+        assert rc == (1 if how == "exception" else 0)
+    assert "Traceback" not in err, err
+    if how == "exception":
+        assert err.strip().startswith("fastpath.run: internal error: RuntimeError")
+    assert table not in _tables() and not _tables()
+
+
+def test_sigkill_leftover_swept_by_next_run(topo):
+    p, table = _start(topo, "--duration", "30")
+    p.kill()
+    p.communicate(timeout=10)
+    assert table in _tables()            # SIGKILL: nothing could run
+    p2, table2 = _start(topo, "--duration", "0.2")
+    p2.communicate(timeout=20)
+    assert not _tables()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--iface", "nope0"], "interface 'nope0' does not exist"),
+])
+def test_errors_one_line_exit_2(topo, args, msg):
+    cmd = ["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run", "--config",
+           topo["conf"]] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=30)
+    assert r.returncode == 2 and r.stderr.strip() == f"fastpath.run: {msg}", r.stderr
+    assert not _tables()
+
+
+def test_not_root_one_line(topo):
+    """Without CAP_NET_RAW / CAP_NET_ADMIN (dropped from the bounding set,
+    as for an unprivileged user): one line, exit 2, no table."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux)")
+    cmd = ["ip", "netns", "exec", R, "setpriv", "--bounding-set=-net_raw,-net_admin",
+           sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--iface", "r1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "needs root or CAP_NET_RAW" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not _tables()
