@@ -279,6 +279,7 @@ cdef class Socket:
     cdef readonly str name
     cdef readonly bint qdisc_bypass
     cdef public uint64_t tx_packets, tx_errors
+    cdef uint64_t ring_packets, ring_drops
 
     def __cinit__(self):
         self.r.fd = -1
@@ -307,7 +308,15 @@ cdef class Socket:
     def __dealloc__(self):
         fpap_close(&self.r)
 
+    cdef _read_stats(self):
+        # PACKET_STATISTICS resets the kernel's counters: accumulate them
+        cdef unsigned p = 0, d = 0, fz = 0
+        if self.r.fd >= 0 and fpap_stats(self.r.fd, &p, &d, &fz) == 0:
+            self.ring_packets += p
+            self.ring_drops += d
+
     def close(self):
+        self._read_stats()
         fpap_close(&self.r)
 
     def fileno(self):
@@ -372,14 +381,14 @@ cdef class Socket:
 
     def counters(self):
         """rx, skipped frames by cause, tx, and the kernel's ring statistics
-        (PACKET_STATISTICS: packets, drops; reading them resets them)."""
-        cdef unsigned p = 0, d = 0, fz = 0
-        if self.r.fd >= 0:
-            fpap_stats(self.r.fd, &p, &d, &fz)
+        (PACKET_STATISTICS: packets, drops, accumulated since the socket
+        was opened, its close included)."""
+        self._read_stats()
         return {"rx": self.r.rx, "rx_otherhost": self.r.otherhost, "rx_oversize": self.r.oversize,
                 "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
                 "rx_csum_partial": self.r.csum_partial, "tx": self.tx_packets,
-                "tx_errors": self.tx_errors, "ring_packets": p, "ring_drops": d}
+                "tx_errors": self.tx_errors, "ring_packets": self.ring_packets,
+                "ring_drops": self.ring_drops}
 
 
 def poll(sockets, int timeout_ms):
