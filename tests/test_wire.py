@@ -34,6 +34,12 @@ ip -6 addr add 2001:db8:1::1/64 dev r1
 ip addr add 10.2.0.1/24 dev r2
 ip -6 addr add 2001:db8:2::1/64 dev r2
 ip route add 10.9.0.0/24 via 10.2.0.99 dev r2
+ip sr tunsrc set 2001:db8:2::1
+ip -6 route add fc00:2::/32 via 2001:db8:2::2 dev r2
+ip route add 10.3.0.0/24 encap seg6 mode encap segs fc00:2::100 dev r2
+sysctl -w net.ipv6.conf.all.seg6_enabled=1
+sysctl -w net.ipv6.conf.r1.seg6_enabled=1
+ip -6 route add fc00:1::1/128 encap seg6local action End dev r1
 """
 
 
@@ -84,6 +90,15 @@ def topo(tmp_path_factory):
             _sh("ip", "-n", h, "link", "set", dev, "up")
             _sh("ip", "-n", h, "route", "add", "default", "via", g4)
             _sh("ip", "-n", h, "-6", "route", "add", "default", "via", g6)
+        # h2 is an SRv6 endpoint: End.DX4 of fc00:2::100 delivers to its
+        # 10.3.0.2 (fastpath is the headend of 10.3.0.0/24)
+        _sh("ip", "-n", H2, "addr", "add", "10.3.0.2/32", "dev", "lo")
+        _sh("ip", "-n", H2, "addr", "add", "10.3.0.3/32", "dev", "lo")
+        # h1 is a headend towards End on fastpath, then End.DX4 on h2
+        _sh("ip", "-n", H1, "route", "add", "10.3.0.3/32", "encap", "seg6", "mode", "encap",
+            "segs", "fc00:1::1,fc00:2::100", "dev", "h1e")
+        _sh("ip", "-n", H2, "-6", "route", "add", "fc00:2::100/128", "encap", "seg6local", "action",
+            "End.DX4", "nh4", "10.3.0.2", "dev", "h2e")
         # r's kernel: the same router, so that only the ingress drop keeps
         # it from forwarding and answering too
         _sh("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", ns=R)
@@ -172,6 +187,31 @@ def test_ping_through_fastpath(topo):
                    ("2001:db8:2::2", "r2")):
         assert f"{a} dev {dev}" in learned, doc["neighbours"]
     assert table not in _tables()
+
+
+def test_srv6_headend_to_kernel_end_dx4(topo):
+    """fastpath encapsulates h1's ping to 10.3.0.2 (encap seg6 mode encap
+    segs fc00:2::100); h2's kernel decapsulates it (seg6local End.DX4) and
+    answers over plain IPv4 through fastpath."""
+    p, _table = _start(topo, "--json")
+    try:
+        r = _sh(sys.executable, TOOL, "ping", "10.3.0.2", "2", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert r.stdout.strip() == "ok 2/2", r.stdout + r.stderr + out
+    assert rc == 0, err
+
+
+def test_srv6_kernel_headend_end_on_fastpath(topo):
+    """h1's kernel encapsulates (segs fc00:1::1,fc00:2::100): End on
+    fastpath, End.DX4 on h2; the reply comes back as plain IPv4."""
+    p, _table = _start(topo, "--json")
+    try:
+        r = _sh(sys.executable, TOOL, "ping", "10.3.0.3", "2", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert r.stdout.strip() == "ok 2/2", r.stdout + r.stderr + out
+    assert rc == 0, err
 
 
 def test_unresolvable_nexthop_counts_neigh_failed(topo):
