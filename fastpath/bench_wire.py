@@ -85,6 +85,70 @@ print(sent, dt, time.process_time() - c0, flush=True)
 """
 
 
+RINGCOPY = r"""
+import json, socket, sys, time
+import numpy as np
+from fastpath import _afpacket
+from fastpath.batch import Batch
+K, reps, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rx = _afpacket.Socket("rc0", socket.if_nametoindex("rc0"), block_size=1 << 20, block_nr=16)
+txs = _afpacket.Socket("rc1", socket.if_nametoindex("rc1"), block_size=1 << 16, block_nr=2)
+dmac = bytes.fromhex(open("/sys/class/net/rc0/address").read().strip().replace(":", ""))
+frame = dmac + b"\x02" * 6 + b"\x86\xdd" + bytes(size - 14)   # to rc0: PACKET_HOST
+while open("/sys/class/net/rc0/operstate").read().strip() != "up":
+    time.sleep(0.01)
+time.sleep(0.2)
+src = Batch.from_packets([frame] * 256, linktype="ethernet")
+b = Batch(np.zeros((256, 2048), np.uint8), np.zeros(256, np.int32), np.zeros(256, np.int32),
+          linktype="ethernet")
+idx = np.arange(256, dtype=np.int32)
+def fill():
+    sent = 0
+    while sent < K:
+        sent += txs.tx(src, idx[:min(256, K - sent)])
+    time.sleep(0.03)      # the last block retires (1 ms timer)
+out = {"copy": [], "walk": []}
+for _ in range(reps):
+    for mode in ("copy", "walk"):
+        rx.walk(); fill()
+        t0 = time.perf_counter(); n = 0
+        if mode == "copy":
+            while True:
+                m = rx.rx(b)
+                if not m: break
+                n += m
+        else:
+            n = rx.walk()
+        dt = time.perf_counter() - t0
+        out[mode].append(dt / max(n, 1) * 1e9)
+        out[mode + "_frames"] = n
+print(json.dumps(out))
+"""
+
+
+def ring_copy(seconds_unused=None, frames=20000, reps=5, size=64):
+    """ns per frame of filling Batch rows from the ring (one copy) against
+    walking the same ring without copying (what a batch built in the ring
+    memory itself could save at most), on a veth pair in a namespace."""
+    ns = f"fpc{os.getpid() % 100000}"
+    _sh("ip", "netns", "add", ns)
+    try:
+        _sh("ip", "-n", ns, "link", "add", "rc0", "type", "veth", "peer", "name", "rc1")
+        _sh("ip", "-n", ns, "link", "set", "rc0", "up")
+        _sh("ip", "-n", ns, "link", "set", "rc1", "up")
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", RINGCOPY, str(frames),
+                            str(reps), str(size)], capture_output=True, text=True, env=env, check=True)
+        d = json.loads(r.stdout)
+    finally:
+        _sh("ip", "netns", "del", ns, check=False)
+    import statistics
+    c, w = statistics.median(d["copy"]), statistics.median(d["walk"])
+    return {"frame_bytes": size, "frames": d["copy_frames"], "copy_ns_per_frame": round(c, 1),
+            "walk_ns_per_frame": round(w, 1), "copy_cost_ns": round(c - w, 1),
+            "copy_runs": [round(x, 1) for x in d["copy"]], "walk_runs": [round(x, 1) for x in d["walk"]]}
+
+
 def _sh(*cmd, ns=None, check=True):
     if ns:
         cmd = ("ip", "netns", "exec", ns) + cmd
@@ -232,6 +296,8 @@ def main(argv=None):
     ap.add_argument("--scenario", choices=("ipv4", "ipv6", "both"), default="both")
     ap.add_argument("--forwarders", default="fastpath,fastpath-qdisc-bypass,kernel")
     ap.add_argument("--json", default=None, help="write the results to PATH too")
+    ap.add_argument("--ring-copy", action="store_true",
+                    help="only: the cost of copying ring frames into Batch rows")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("fastpath.bench_wire: needs root (network namespaces)", file=sys.stderr)
@@ -239,6 +305,13 @@ def main(argv=None):
     if shutil.which("nft") is None:
         print("fastpath.bench_wire: needs nft (apt-get install nftables)", file=sys.stderr)
         return 2
+    if a.ring_copy:
+        doc = {"bench": "wire-ring-copy", "results": [ring_copy(size=sz) for sz in (64, 1500)]}
+        print(json.dumps(doc, indent=1))
+        if a.json:
+            with open(a.json, "w") as f:
+                f.write(json.dumps(doc, indent=1) + "\n")
+        return 0
     fams = {"ipv4": [4], "ipv6": [6], "both": [4, 6]}[a.scenario]
     doc = {"bench": "wire", "python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "kernel": platform.release(), "seconds": a.seconds,
