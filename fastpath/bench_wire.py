@@ -165,11 +165,12 @@ def _softirq():
     return int(parts[7]) / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_cpu(pid):
+def _proc_cpu(pid, which=(11, 12)):
+    """utime + stime (or one of them) of a process, in seconds."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             parts = f.read().rsplit(")", 1)[1].split()
-        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(parts[k]) for k in which) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return 0.0
 
@@ -246,6 +247,7 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
         raise RuntimeError("generator failed: " + line + gen.communicate()[1])
     rx0, in0 = _counter(t.h2, "h2e"), _counter(t.r, "r1")
     si0, fc0 = _softirq(), _proc_cpu(fp.pid) if fp else 0.0
+    fu0 = _proc_cpu(fp.pid, (11,)) if fp else 0.0
     t0 = time.perf_counter()
     out, err = gen.communicate(timeout=seconds + 30)
     dt = time.perf_counter() - t0
@@ -254,9 +256,11 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
     si1 = _softirq()
     fcpu = 0.0
     stats = None
+    fuser = 0.0
     if fp:
         # the fastpath process's children are none: its own CPU time
-        fcpu = _proc_cpu(_child_pid(fp.pid)) - fc0 if _child_pid(fp.pid) else 0.0
+        fcpu = _proc_cpu(fp.pid) - fc0
+        fuser = _proc_cpu(fp.pid, (11,)) - fu0
         fp.send_signal(signal.SIGTERM)
         fout, ferr = fp.communicate(timeout=20)
         try:
@@ -270,6 +274,7 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
            "forwarded": fwd, "forwarded_pps": round(fwd / gdt), "sent": sent,
            "loss": round(1 - fwd / sent, 4) if sent else None, "seconds": round(gdt, 3),
            "cpu_per_s": {"generator": round(gcpu / gdt, 2), "fastpath": round(fcpu / dt, 2),
+                         "fastpath_user": round(fuser / dt, 2),
                          "softirq_all": round((si1 - si0) / dt, 2)}}
     if stats:
         res["ring_drops"] = sum(i["ring_drops"] for i in stats["interfaces"].values())
@@ -281,11 +286,6 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
     res["h2_rx_dropped"] = _counter(t.h2, "h2e", "rx_dropped")
     res["r2_tx_dropped"] = _counter(t.r, "r2", "tx_dropped")
     return res
-
-
-def _child_pid(pid):
-    """``ip netns exec`` execs python in the same process; pid is python's."""
-    return pid
 
 
 def main(argv=None):

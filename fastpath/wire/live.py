@@ -81,7 +81,7 @@ class Live:
     """fastpath routing between live Ethernet interfaces (AF_PACKET)."""
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
-                 block_size=1 << 18, block_nr=16, neigh_params=None, mode="noref"):
+                 block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref"):
         self.config = config if isinstance(config, str) else "".join(config)
         self.names = list(interfaces) if interfaces else None
         self.batch_size = batch_size
