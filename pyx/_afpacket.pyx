@@ -14,7 +14,11 @@
 # ethertype, so the datapath sees the frame as it was on the wire.  Frames
 # the kernel classified PACKET_OTHERHOST (another station's unicast, seen
 # because the device is promiscuous) are skipped, as ip_rcv/ipv6_rcv drop
-# them; frames longer than a row are skipped and counted.
+# them; frames longer than a row are skipped and counted.  A frame a local
+# stack sent with checksum offload (TP_STATUS_CSUMNOTREADY: its TCP/UDP
+# checksum holds only the pseudo-header sum) gets its checksum completed,
+# as the kernel's skb_checksum_help would before a device without offload
+# (fpap_csum_fix; ``rx_csum_partial`` counts those it could not complete).
 #
 # No per-packet Python: one ``rx`` call fills up to ``max`` rows of a Batch
 # from every ready block; one ``tx`` call sends the selected rows of a Batch
@@ -53,7 +57,7 @@ cdef extern from *:
         unsigned cur;                 /* block being read */
         unsigned left;                /* frames left in it (0: not started) */
         uint8_t *pkt;                 /* next frame in it */
-        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial;
+        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial, csum_fixed;
     } fpap_ring;
 
     /* Open, ring and bind: returns fd >= 0, or -errno with *stage naming the
@@ -117,6 +121,43 @@ cdef extern from *:
         r->fd = -1;
     }
 
+    /* A frame the kernel handed over with CHECKSUM_PARTIAL
+       (TP_STATUS_CSUMNOTREADY: sent by a local stack, e.g. a host behind a
+       veth with checksum offload): its TCP/UDP checksum field holds only the
+       pseudo-header sum.  Complete it as skb_checksum_help does before a
+       device without offload (sum from the L4 header to the end, folded,
+       complemented), for IPv4 (not a fragment) and IPv6 (TCP/UDP right
+       after the fixed header); returns 0 when it could not. */
+    static int fpap_csum_fix(uint8_t *f, unsigned len) {
+        unsigned l3 = 14, l4, off, k;
+        uint16_t et = (uint16_t)(f[12] << 8 | f[13]);
+        uint8_t proto;
+        uint32_t sum = 0;
+        if (et == 0x8100 && len >= 18) { et = (uint16_t)(f[16] << 8 | f[17]); l3 = 18; }
+        if (et == 0x0800) {
+            if (len < l3 + 20) return 0;
+            if ((f[l3 + 6] & 0x3f) || f[l3 + 7]) return 0;       /* MF or offset */
+            proto = f[l3 + 9];
+            l4 = l3 + (f[l3] & 15) * 4;
+            len = l3 + (f[l3 + 2] << 8 | f[l3 + 3]) <= len ? l3 + (f[l3 + 2] << 8 | f[l3 + 3]) : len;
+        } else if (et == 0x86DD) {
+            if (len < l3 + 40) return 0;
+            proto = f[l3 + 6];
+            l4 = l3 + 40;
+            len = l3 + 40 + (f[l3 + 4] << 8 | f[l3 + 5]) <= len ? l3 + 40 + (f[l3 + 4] << 8 | f[l3 + 5]) : len;
+        } else return 0;
+        if (proto == 6) off = 16; else if (proto == 17) off = 6; else return 0;
+        if (len < l4 + off + 2) return 0;
+        for (k = l4; k + 1 < len; k += 2) sum += (uint32_t)(f[k] << 8 | f[k + 1]);
+        if (k < len) sum += (uint32_t)f[k] << 8;
+        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+        sum = ~sum & 0xffff;
+        if (proto == 17 && sum == 0) sum = 0xffff;
+        f[l4 + off] = (uint8_t)(sum >> 8);
+        f[l4 + off + 1] = (uint8_t)sum;
+        return 1;
+    }
+
     /* Copy up to max frames into rows [0, max) of data (slot bytes each),
        each at offset headroom.  Returns the number of rows filled. */
     static int fpap_rx(fpap_ring *r, uint8_t *data, int slot, int headroom, int max,
@@ -164,7 +205,9 @@ cdef extern from *:
                     } else {
                         memcpy(row, f, len);
                     }
-                    if (h->tp_status & TP_STATUS_CSUMNOTREADY) r->csum_partial++;
+                    if (h->tp_status & TP_STATUS_CSUMNOTREADY) {
+                        if (fpap_csum_fix(row, len)) r->csum_fixed++; else r->csum_partial++;
+                    }
                     et = (uint16_t)(row[12] << 8 | row[13]);
                     start[n] = headroom;
                     length[n] = (int32_t)len;
@@ -274,7 +317,7 @@ cdef extern from *:
     ctypedef struct fpap_ring:
         int fd
         unsigned block_size, block_nr
-        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial
+        uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial, csum_fixed
     int fpap_open(fpap_ring* r, int ifindex, unsigned block_size, unsigned block_nr,
                   unsigned frame_size, int tov_ms, int bypass, int* stage) nogil
     void fpap_close(fpap_ring* r) nogil
@@ -426,7 +469,8 @@ cdef class Socket:
         self._read_stats()
         return {"rx": self.r.rx, "rx_otherhost": self.r.otherhost, "rx_oversize": self.r.oversize,
                 "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
-                "rx_csum_partial": self.r.csum_partial, "tx": self.tx_packets,
+                "rx_csum_completed": self.r.csum_fixed, "rx_csum_partial": self.r.csum_partial,
+                "tx": self.tx_packets,
                 "tx_errors": self.tx_errors, "ring_packets": self.ring_packets,
                 "ring_drops": self.ring_drops}
 

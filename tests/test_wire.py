@@ -214,6 +214,26 @@ def test_srv6_kernel_headend_end_on_fastpath(topo):
     assert rc == 0, err
 
 
+def test_udp_from_a_stack_with_checksum_offload(topo):
+    """h1's stack sends UDP with checksum offload on its veth (the frame
+    reaches fastpath with only the pseudo-header sum, TP_STATUS_CSUMNOTREADY);
+    fastpath completes the checksum, so h2's stack accepts the datagrams."""
+    _sh("ethtool", "-K", "h1e", "tx", "on", ns=H1, check=False)
+    p, _table = _start(topo, "--json")
+    try:
+        for fam, dst in ((4, "10.2.0.2"), (6, "2001:db8:2::2")):
+            rcv = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "udprecv",
+                                    str(fam), "5555", "3", "3"], stdout=subprocess.PIPE, text=True)
+            assert rcv.stdout.readline().strip() == "ready"
+            _sh(sys.executable, TOOL, "udp", dst, "5555", "3", ns=H1)
+            got = rcv.communicate(timeout=10)[0].strip()
+            assert got == "3", (fam, got)
+    finally:
+        rc, out, err = _stop(p)
+    c = json.loads(out)["counters"]
+    assert c["interfaces"]["r1"]["rx_csum_completed"] >= 6, c["interfaces"]["r1"]
+
+
 def test_unresolvable_nexthop_counts_neigh_failed(topo):
     """10.9.0.0/24 via 10.2.0.99: nobody answers; after mcast_solicit (3)
     ARP requests retrans_time (1 s) apart the queued packets are dropped
@@ -337,3 +357,51 @@ def test_not_root_one_line(topo):
     assert r.returncode == 2, r.stderr
     assert "needs root or CAP_NET_RAW" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not _tables()
+
+
+_RXTEST = r"""
+import socket, sys, time
+import numpy as np
+from fastpath import _afpacket
+from fastpath.batch import Batch
+while open("/sys/class/net/v0/operstate").read().strip() != "up":
+    time.sleep(0.01)
+time.sleep(0.1)
+mac = bytes.fromhex(open("/sys/class/net/v0/address").read().strip().replace(":", ""))
+rx = _afpacket.Socket("v0", socket.if_nametoindex("v0"), 5)
+tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+tx.bind(("v1", 0))
+plain = mac + bytes.fromhex("0a0000000001") + b"\x86\xdd" + bytes(range(60))
+tagged = mac + bytes.fromhex("0a0000000001") + b"\x81\x00\x20\x07" + b"\x08\x00" + bytes(range(50))
+other = bytes.fromhex("0a00000000ff0a0000000001") + b"\x86\xdd" + bytes(40)
+t0 = time.time_ns()
+for f in (plain, tagged, other):
+    tx.send(f)
+time.sleep(0.05)
+b = Batch(np.zeros((4, 2048), np.uint8), np.zeros(4, np.int32), np.zeros(4, np.int32), linktype="ethernet")
+n = rx.rx(b)
+assert n == 2, n
+assert b.packet(0) == plain and b.packet(1) == tagged, (b.packet(1).hex(), tagged.hex())
+assert list(b.l2len[:2]) == [14, 18] and list(b.iif[:2]) == [5, 5]
+assert all(t0 <= t <= time.time_ns() for t in b.timestamp_ns[:2]), (t0, b.timestamp_ns)
+c = rx.counters()
+assert c["rx_vlan_restored"] == 1 and c["rx_otherhost"] == 1, c
+print("ok")
+"""
+
+
+def test_rx_ring_vlan_put_back_timestamps_otherhost():
+    """The RX ring's frames as they were on the wire: an 802.1Q tag the
+    kernel stripped into the tpacket header is put back, timestamps are the
+    header's, another station's unicast is skipped."""
+    ns = P + "v"
+    _sh("ip", "netns", "add", ns)
+    try:
+        _sh("ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
+        _sh("ip", "-n", ns, "link", "set", "v0", "up")
+        _sh("ip", "-n", ns, "link", "set", "v1", "up")
+        r = _sh(sys.executable, "-c", _RXTEST, ns=ns, check=False,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert r.stdout.strip() == "ok", r.stdout + r.stderr
+    finally:
+        _sh("ip", "netns", "del", ns, check=False)

@@ -9,7 +9,8 @@ frame on DEV from a packet socket and print, in hex, the first frame that
 comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136), or
 nothing.
 
-``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR.
+``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR;
+``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived.
 """
 import ipaddress
 import os
@@ -94,6 +95,17 @@ if __name__ == "__main__":
         t = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
         r = xchg(sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4], t)
         print(r.hex() if r else "")
+        sys.exit(0)
+    if cmd == "udprecv":
+        fam = socket.AF_INET6 if sys.argv[2] == "6" else socket.AF_INET
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        s.bind(("::" if fam == socket.AF_INET6 else "0.0.0.0", int(sys.argv[3])))
+        print("ready", flush=True)
+        got, end = 0, time.monotonic() + float(sys.argv[5])
+        while got < int(sys.argv[4]) and select.select([s], [], [], max(0, end - time.monotonic()))[0]:
+            s.recv(65536)
+            got += 1
+        print(got)
         sys.exit(0)
     if cmd == "udp":
         a = ipaddress.ip_address(sys.argv[2])
