@@ -333,12 +333,19 @@ def test_sigkill_leftover_swept_by_next_run(topo):
     assert not _tables()
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--iface", "nope0"], "interface 'nope0' does not exist"),
+@pytest.mark.parametrize("conf,args,msg", [
+    (None, ["--iface", "nope0"], "interface 'nope0' does not exist"),
+    ("ip route add 10.0.0.0/33 dev r1\n", ["--iface", "r1"],
+     "configuration: line 1: invalid prefix '10.0.0.0/33'"),
+    ("", ["--iface", "lo"], "interface 'lo' is not an Ethernet device (ARPHRD 772)"),
 ])
-def test_errors_one_line_exit_2(topo, args, msg):
+def test_errors_one_line_exit_2(topo, conf, args, msg):
+    path = topo["conf"]
+    if conf is not None:
+        path = str(topo["dir"] / "bad.conf")
+        pathlib.Path(path).write_text(conf)
     cmd = ["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run", "--config",
-           topo["conf"]] + args
+           path] + args
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=30)
     assert r.returncode == 2 and r.stderr.strip() == f"fastpath.run: {msg}", r.stderr

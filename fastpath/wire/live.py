@@ -120,8 +120,14 @@ class Live:
             raise LiveError("an interface is named twice")
         sysinfo = {n: system_interface(n) for n in self.names}
         r = Router(mode=self.mode)
+        # the system's MAC and MTU first, then the configuration (its own
+        # settings win; its line numbers stay its own)
         try:
-            r.configure(_prelude(self.names, sysinfo) + self.config)
+            r.configure(_prelude(self.names, sysinfo))
+        except ConfigError as e:
+            raise LiveError(f"interfaces: {e}") from None
+        try:
+            r.configure(self.config)
         except ConfigError as e:
             raise LiveError(f"configuration: {e}") from None
         self.router = r
