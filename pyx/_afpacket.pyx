@@ -164,7 +164,7 @@ cdef extern from *:
                        int32_t *start, int32_t *length, uint16_t *l2len, uint32_t *iif,
                        int64_t *ts, uint32_t iifv) {
         int n = 0;
-        int room = slot - headroom;
+        int room = slot - headroom - 64;     /* the tailroom Batch slots keep */
         while (n < max && r->ring) {
             struct tpacket_block_desc *bd =
                 (struct tpacket_block_desc *)(r->ring + (size_t)r->cur * r->block_size);

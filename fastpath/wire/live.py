@@ -166,7 +166,12 @@ class Live:
         self.neigh = Neighbours(links, self._send_one, time.monotonic, static=static,
                                 params=self.neigh_params, local4=local4,
                                 forwarding=bool(st.sysctl("net.ipv6.conf.all.forwarding")))
-        n, slot = self.batch_size, 2048
+        # rows for the largest frame: the MTU (system's or configuration's)
+        # plus Ethernet and one 802.1Q tag, behind the headroom
+        from ..batch import _slot_size
+        n = self.batch_size
+        slot = _slot_size(max(max(sysinfo[x]["mtu"], st.interfaces[x].mtu) for x in self.names)
+                          + 18, 128)
         self.batch = Batch(np.zeros((n, slot), np.uint8), np.zeros(n, np.int32),
                            np.zeros(n, np.int32), linktype="ethernet")
         self.opened = True
@@ -314,9 +319,6 @@ class Live:
             nh = b.nexthop[out[sel]]
             key = np.frombuffer(addr + bytes(16 - len(addr)), np.uint8)
             hit = (nh == key).all(axis=1)
-            if fam == 4:
-                hit &= np.array([self._family(b, int(i)) == 4 for i in out[sel][hit]], bool) \
-                    if hit.any() else hit
             if hit.any():
                 self.neigh.used(ifindex, fam, addr)
 

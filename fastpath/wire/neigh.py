@@ -142,6 +142,14 @@ class Entry:
     queue: deque = field(default_factory=deque)
     queue_bytes: int = 0
     router: bool = False
+    owner: object = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, k, v):
+        object.__setattr__(self, k, v)
+        if k in ("state", "timer"):
+            o = self.__dict__.get("owner")
+            if o is not None:
+                o._index(self)
 
     @property
     def ip(self):
@@ -215,6 +223,10 @@ class Neighbours:
         # RTN_LOCAL on any device, arp_ignore 0), loopback ones excepted
         self.local4 = {a for a in local4 if not a[0] == 127}
         self.changes: dict = {}             # key -> mac or None (delete)
+        # indexes kept by Entry.__setattr__, so that the per-batch questions
+        # (any stale entry in use? the next timer?) do not walk every entry
+        self.stale: set = set()
+        self.timed: set = set()
         self.counters = {"arp_requests_rx": 0, "arp_replies_rx": 0, "arp_replies_tx": 0,
                          "arp_requests_tx": 0, "ns_rx": 0, "na_rx": 0, "na_tx": 0, "ns_tx": 0,
                          "nd_invalid": 0, "queued": 0, "sent_after_resolution": 0,
@@ -235,7 +247,8 @@ class Neighbours:
         key = (ifindex, family, addr)
         e = self.entries.get(key)
         if e is None and create and key not in self.static:
-            e = Entry(ifindex, family, addr, state=None, reachable_time=self._reach_time())
+            e = Entry(ifindex, family, addr, state=None, reachable_time=self._reach_time(),
+                      owner=self)
             self.entries[key] = e     # NUD_NONE until resolution or an update
         return e
 
@@ -336,17 +349,27 @@ class Neighbours:
             e.state = DELAY
             e.timer = now + self.p["delay_first_probe_time"]
 
+    def _index(self, e):
+        key = (e.ifindex, e.family, e.addr)
+        if e.state == STALE:
+            self.stale.add(key)
+        else:
+            self.stale.discard(key)
+        if e.timer is not None:
+            self.timed.add(key)
+        else:
+            self.timed.discard(key)
+
     def stale_keys(self):
-        return [k for k, e in self.entries.items() if e.state == STALE]
+        return list(self.stale)
 
     def next_timer(self):
-        ts = [e.timer for e in self.entries.values() if e.timer is not None]
-        return min(ts) if ts else None
+        return min((self.entries[k].timer for k in self.timed), default=None)
 
     def tick(self):
         """neigh_timer_handler for every entry whose timer is due."""
         now = self.clock()
-        for e in list(self.entries.values()):
+        for e in [self.entries[k] for k in self.timed]:
             if e.timer is None or e.timer > now:
                 continue
             st = e.state
