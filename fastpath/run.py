@@ -82,6 +82,9 @@ def main(argv=None) -> int:
                     raise RuntimeError("fault injected by FASTPATH_RUN_FAULT")
         except _Stop:
             pass
+        except LiveError as e:
+            print(f"fastpath.run: {e}", file=sys.stderr)
+            rc = 1
     except _Stop:
         pass
     except Exception as e:

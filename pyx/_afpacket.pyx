@@ -295,7 +295,8 @@ cdef extern from *:
         for (k = 0; k < n; k++) { p[k].fd = fds[k]; p[k].events = POLLIN | POLLERR; p[k].revents = 0; }
         rc = poll(p, n, timeout_ms);
         if (rc < 0) return errno == EINTR ? 0 : -errno;
-        for (k = 0; k < n; k++) ready[k] = p[k].revents != 0;
+        for (k = 0; k < n; k++)
+            ready[k] = (p[k].revents & POLLIN ? 1 : 0) | (p[k].revents & (POLLERR | POLLHUP | POLLNVAL) ? 2 : 0);
         return rc;
     }
 
@@ -329,6 +330,9 @@ cdef extern from *:
     int fpap_poll(const int* fds, int n, int timeout_ms, int* ready) nogil
     int fpap_ready(const fpap_ring* r) nogil
     int fpap_stats(int fd, unsigned* packets, unsigned* drops, unsigned* freeze) nogil
+    ctypedef unsigned socklen_t
+    int getsockopt(int fd, int level, int name, void* val, socklen_t* len) nogil
+    int SOL_SOCKET, SO_ERROR
 
 
 _STAGES = ("socket(AF_PACKET, SOCK_RAW)", "PACKET_VERSION TPACKET_V3", "PACKET_RX_RING",
@@ -353,6 +357,8 @@ cdef class Socket:
     cdef readonly bint qdisc_bypass
     cdef public uint64_t tx_packets, tx_errors
     cdef uint64_t ring_packets, ring_drops
+    cdef public uint64_t errors
+    cdef public int last_error
 
     def __cinit__(self):
         self.r.fd = -1
@@ -380,6 +386,13 @@ cdef class Socket:
 
     def __dealloc__(self):
         fpap_close(&self.r)
+
+    cdef _clear_error(self):
+        cdef int e = 0
+        cdef socklen_t l = sizeof(e)
+        if self.r.fd >= 0 and getsockopt(self.r.fd, SOL_SOCKET, SO_ERROR, &e, &l) == 0 and e:
+            self.errors += 1
+            self.last_error = e
 
     cdef _read_stats(self):
         # PACKET_STATISTICS resets the kernel's counters: accumulate them
@@ -471,13 +484,16 @@ cdef class Socket:
                 "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
                 "rx_csum_completed": self.r.csum_fixed, "rx_csum_partial": self.r.csum_partial,
                 "tx": self.tx_packets,
-                "tx_errors": self.tx_errors, "ring_packets": self.ring_packets,
+                "tx_errors": self.tx_errors, "errors": self.errors, "ring_packets": self.ring_packets,
                 "ring_drops": self.ring_drops}
 
 
 def poll(sockets, int timeout_ms):
     """Wait until one of ``sockets`` has a block ready (or timeout_ms):
-    returns the list of those that are ready (one poll(2))."""
+    returns the list of those that are ready (one poll(2)).  A socket with
+    a pending error (its device went down or away: ENETDOWN) has the error
+    read and cleared (``Socket.errors``, ``Socket.last_error``), so that it
+    does not wake every poll again."""
     cdef int fds[64]
     cdef int ready[64]
     cdef int n = 0, rc
@@ -490,4 +506,7 @@ def poll(sockets, int timeout_ms):
         rc = fpap_poll(fds, n, timeout_ms, ready)
     if rc < 0:
         raise OSError(-rc, os.strerror(-rc))
-    return [socks[k] for k in range(n) if ready[k]]
+    for k in range(n):
+        if ready[k] & 2:
+            (<Socket>socks[k])._clear_error()
+    return [socks[k] for k in range(n) if ready[k] & 1]

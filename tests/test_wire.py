@@ -323,6 +323,31 @@ def test_nft_table_removed_on_every_exit(topo, how):
     assert table not in _tables() and not _tables()
 
 
+def test_interface_removed_while_running(topo):
+    """An attached interface deleted under fastpath: one line, exit 1, the
+    table removed."""
+    _sh("ip", "-n", R, "link", "add", "r3", "type", "veth", "peer", "name", "r3p")
+    _sh("ip", "-n", R, "link", "set", "r3", "up")
+    _sh("ip", "-n", R, "link", "set", "r3p", "up")
+    try:
+        ready = topo["dir"] / "ready-r3"
+        p = subprocess.Popen(["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run",
+                              "--config", topo["conf"], "--iface", "r1", "--iface", "r3",
+                              "--duration", "20", "--ready-file", str(ready)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        end = time.monotonic() + 20
+        while not ready.exists() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        assert _tables()
+        _sh("ip", "-n", R, "link", "del", "r3")
+        out, err = p.communicate(timeout=20)
+    finally:
+        _sh("ip", "-n", R, "link", "del", "r3", check=False)
+    assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
+    assert not _tables()
+
+
 def test_sigkill_leftover_swept_by_next_run(topo):
     p, table = _start(topo, "--duration", "30")
     p.kill()

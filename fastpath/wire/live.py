@@ -153,6 +153,8 @@ class Live:
         for k, s in enumerate(self.sockets):
             self.by_oif[s.iif] = k
         self._sock_of = {s.iif: s for s in self.sockets}
+        self._errors = [0] * len(self.sockets)
+        self._suspect = set()
         try:
             nft.sweep_stale()
             self.guard = nft.Guard(self.names).install()
@@ -215,6 +217,19 @@ class Live:
             wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
         if not any(s.ready() for s in self.sockets):
             _afpacket.poll(self.sockets, wait)
+            # a socket whose device went down reports ENETDOWN once: watch
+            # that device until it is up again, and stop if it went away
+            for k, s in enumerate(self.sockets):
+                if s.errors != self._errors[k]:
+                    self._errors[k] = s.errors
+                    self._suspect.add(s.name)
+            for name in list(self._suspect):
+                try:
+                    with open(f"/sys/class/net/{name}/operstate") as f:
+                        if f.read().strip() == "up":
+                            self._suspect.discard(name)
+                except OSError:
+                    raise LiveError(f"interface {name!r} went away") from None
         b = self.batch
         n = 0
         for s in self.sockets:
