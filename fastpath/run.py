@@ -1,14 +1,17 @@
 """python -m fastpath.run: fastpath as a router on live interfaces.
 
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
-        [--stats] [--neigh] [--json] [--duration S] [--batch N] [--qdisc-bypass]
+        [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N] [--qdisc-bypass]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
 MTU; the system is not changed).  While it runs, an nftables ``netdev``
 table with an ingress drop on each attached interface keeps the kernel from
 routing the same packets; it is removed on exit (normal, error, Ctrl-C,
-SIGTERM, SIGHUP).  Exit status: 0, 2 for a person's error (one line on
+SIGTERM).  SIGHUP re-reads the configuration and applies it (a wrong one is
+refused with one line, the running one stays).  ``--stats SECONDS`` prints
+a line per interval (per interface rx/tx packets/s, drops by reason, the
+neighbour count).  Exit status: 0, 2 for a person's error (one line on
 stderr: missing interface, not root, bad configuration, nft missing), 1 for
 anything else.  See README "On the wire".
 """
@@ -32,7 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="configuration file (iproute2/sysctl lines)")
     ap.add_argument("--iface", action="append", default=None,
                     help="an interface to attach (repeat); default: every device of the configuration")
-    ap.add_argument("--stats", action="store_true", help="print counters at exit")
+    ap.add_argument("--stats", nargs="?", type=float, const=0.0, default=None, metavar="SECONDS",
+                    help="print counters at exit; with SECONDS, also a line every SECONDS")
     ap.add_argument("--neigh", action="store_true", help="print the neighbour table at exit")
     ap.add_argument("--json", action="store_true", help="counters and neighbours as JSON")
     ap.add_argument("--duration", type=float, default=None, help="stop after S seconds")
@@ -52,13 +56,17 @@ def main(argv=None) -> int:
         print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
         return 2
 
-    stopping = {"sig": None}
+    stopping = {"sig": None, "reload": False}
 
     def on_signal(signum, _frame):
         stopping["sig"] = signum
         raise _Stop()
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    def on_hup(_signum, _frame):
+        stopping["reload"] = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hup)
     live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass)
     t0 = time.monotonic()
     rc = 0
@@ -75,11 +83,22 @@ def main(argv=None) -> int:
         # a test hook: an exception inside the loop (tests/test_wire.py
         # proves the nftables table goes away on that exit path too)
         fault = os.environ.get("FASTPATH_RUN_FAULT") == "raise"
+        every = args.stats or 0
+        next_line = time.monotonic() + every if every else None
+        last = _totals(live)
         try:
             while end is None or time.monotonic() < end:
                 live.step(50)
                 if fault:
                     raise RuntimeError("fault injected by FASTPATH_RUN_FAULT")
+                if stopping["reload"]:
+                    stopping["reload"] = False
+                    _reload(live, args.config)
+                if next_line is not None and time.monotonic() >= next_line:
+                    now = _totals(live)
+                    _interval_line(live, last, now, every)
+                    last = now
+                    next_line += every
         except _Stop:
             pass
         except LiveError as e:
@@ -106,6 +125,40 @@ def main(argv=None) -> int:
     return rc
 
 
+def _reload(live, path):
+    """SIGHUP: re-read the configuration and apply it (the running one
+    stays if the new one is wrong)."""
+    from .wire.live import LiveError
+    try:
+        with open(path) as f:
+            text = f.read()
+        live.reload(text)
+    except (OSError, LiveError) as e:
+        print(f"fastpath.run: reload refused, running configuration kept: "
+              f"{getattr(e, 'strerror', None) or e}", file=sys.stderr, flush=True)
+        return
+    print(f"fastpath.run: configuration reloaded from {path}", file=sys.stderr, flush=True)
+
+
+def _totals(live):
+    c = live.counters()
+    drops = {k: v for k, v in c["reasons"].items() if k != "none"}
+    drops.update({k: v for k, v in c["wire"].items() if v})
+    return {"t": time.monotonic(),
+            "if": {n: (i["rx"], i["tx"]) for n, i in c["interfaces"].items()},
+            "drops": drops, "neighbours": c["neighbours"]}
+
+
+def _interval_line(live, a, b, every):
+    dt = max(b["t"] - a["t"], 1e-9)
+    parts = [f"{n} rx {(rx - a['if'][n][0]) / dt:.0f}/s tx {(tx - a['if'][n][1]) / dt:.0f}/s"
+             for n, (rx, tx) in b["if"].items()]
+    d = {k: v - a["drops"].get(k, 0) for k, v in b["drops"].items() if v - a["drops"].get(k, 0)}
+    parts.append("drops " + (" ".join(f"{k} {v}" for k, v in sorted(d.items())) or "0"))
+    parts.append(f"neighbours {b['neighbours']}")
+    print("fastpath.run: " + " | ".join(parts), flush=True)
+
+
 def _report(live, args, elapsed, sig):
     c = live.counters()
     out = sys.stdout
@@ -122,7 +175,7 @@ def _report(live, args, elapsed, sig):
     how = f" ({signal.Signals(sig).name})" if sig else ""
     print(f"fastpath.run: stopped{how} after {elapsed:.1f} s: {rx} packets received, {tx} sent",
           file=out)
-    if args.stats:
+    if args.stats is not None:
         for name, i in c["interfaces"].items():
             print(f"  {name}: rx {i['rx']} tx {i['tx']} ring_drops {i['ring_drops']}"
                   f" otherhost {i['rx_otherhost']}", file=out)

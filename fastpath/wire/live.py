@@ -98,6 +98,8 @@ class Live:
         self.verdicts = dict.fromkeys(VERDICTS[1:], 0)
         self.iterations = 0
         self.neigh_configures = 0
+        self.reloads = 0
+        self._counters_before = {}      # the datapath counters of Routers replaced by reload
         self.neigh_configure_s = 0.0
 
     # ------------------------------------------------------------------
@@ -177,6 +179,53 @@ class Live:
         self.batch = Batch(np.zeros((n, slot), np.uint8), np.zeros(n, np.int32),
                            np.zeros(n, np.int32), linktype="ethernet")
         self.opened = True
+
+    def reload(self, config) -> None:
+        """A new configuration (SIGHUP): compiled on a new Router beside the
+        running one (the attached interfaces keep their ifindexes: they are
+        created first, in the same order), the learned neighbours carried
+        over, then swapped in.  On an error (LiveError) the running one
+        stays."""
+        text = config if isinstance(config, str) else "".join(config)
+        r = Router(mode=self.mode)
+        try:
+            r.configure(_prelude(self.names, self.sysinfo))
+            r.configure(text)
+        except ConfigError as e:
+            raise LiveError(f"configuration: {e}") from None
+        st = r.state
+        if any(st.interfaces[n].ifindex != i for n, i in
+               ((l.name, l.ifindex) for l in self.links.values())):
+            raise LiveError("reload: the attached interfaces' ifindexes would change")
+        static = {(st.interfaces[d].ifindex, a.version, a.packed): m
+                  for (d, a), m in st.neighbours.items() if d in st.interfaces}
+        lines = []
+        nb = self.neigh
+        for key, e in list(nb.entries.items()):
+            if key in static:
+                del nb.entries[key]
+                nb.stale.discard(key)
+                nb.timed.discard(key)
+            elif e.state in ("reachable", "stale", "delay", "probe") and e.mac is not None:
+                a = ipaddress.ip_address(e.addr)
+                lines.append(f"ip -{e.family} neigh replace {a} lladdr "
+                             f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[e.ifindex].name}")
+        if lines:
+            r.configure("\n".join(lines) + "\n")
+        for l in self.links.values():
+            itf = st.interfaces[l.name]
+            l.mac = itf.mac
+            l.addrs4 = [a for a in itf.addrs if a.version == 4]
+            l.addrs6 = [a for a in itf.addrs if a.version == 6]
+        nb.static = static
+        nb.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                     if a.version == 4 and a.ip.packed[0] != 127}
+        nb.forwarding = bool(st.sysctl("net.ipv6.conf.all.forwarding"))
+        old = self.router
+        self.router = r
+        self.config = text
+        self.reloads += 1
+        self._counters_before = _add_reasons(self._counters_before, old.counters()["reasons"])
 
     def close(self):
         """Close the sockets and remove the nftables table (idempotent)."""
@@ -363,12 +412,13 @@ class Live:
         if nb is not None:
             wire["neigh_failed"] += nb.counters["neigh_failed"]
             wire["neigh_queuefull"] += nb.counters["neigh_queuefull"]
-        reasons = self.router.counters()["reasons"] if self.router else {}
+        reasons = _add_reasons(self._counters_before,
+                               self.router.counters()["reasons"] if self.router else {})
         return {"interfaces": {s.name: s.counters() for s in self.sockets},
                 "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
                 "neighbour": dict(nb.counters) if nb else {},
                 "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
-                "neigh_configures": self.neigh_configures,
+                "neigh_configures": self.neigh_configures, "reloads": self.reloads,
                 "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
 
     def neighbours(self) -> list:
@@ -379,3 +429,10 @@ class Live:
                for (d, a), m in st.neighbours.items()
                if (st.interfaces[d].ifindex, a.version, a.packed) in self.neigh.static]
         return out + self.neigh.dump()
+
+
+def _add_reasons(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
