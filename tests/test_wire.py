@@ -346,6 +346,61 @@ def test_arp_reply_and_na_bytes_as_the_kernel(topo):
         assert ours[k] == kernel[k], f"{k}: fastpath {ours[k]} kernel {kernel[k]}"
 
 
+def _echo_requests(h1mac):
+    """An ICMP echo request (TOS 0x20) and an ICMPv6 one (traffic class
+    0x28, flow label 0x12345) from h1 to r1's addresses."""
+    import struct
+    from fastpath.wire.neigh import _csum, icmp6_checksum
+    rmac = bytes.fromhex(_mac(R, "r1"))
+    mac = bytes.fromhex(h1mac)
+    icmp = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 7) + b"fastpath echo"
+    icmp = icmp[:2] + struct.pack("!H", ~_csum(icmp) & 0xFFFF) + icmp[4:]
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0x20, 20 + len(icmp), 0x4321, 0x4000, 64, 1, 0,
+                     bytes([10, 1, 0, 2]), bytes([10, 1, 0, 1]))
+    ip = ip[:10] + struct.pack("!H", ~_csum(ip) & 0xFFFF) + ip[12:]
+    e4 = rmac + mac + b"\x08\x00" + ip + icmp
+    src = bytes.fromhex("20010db8000100000000000000000002")
+    dst = bytes.fromhex("20010db8000100000000000000000001")
+    icmp6 = struct.pack("!BBHHH", 128, 0, 0, 0x1234, 7) + b"fastpath echo6"
+    icmp6 = icmp6[:2] + struct.pack("!H", icmp6_checksum(src, dst, icmp6)) + icmp6[4:]
+    ip6 = struct.pack("!IHBB", (6 << 28) | (0x28 << 20) | 0x12345, len(icmp6), 58, 64) + src + dst
+    e6 = rmac + mac + b"\x86\xdd" + ip6 + icmp6
+    return e4, e6
+
+
+def _mask_echo(hexframe):
+    """The fields the kernel picks by a keyed hash: the IPv4 ID and so the
+    header checksum; the IPv6 flow label."""
+    f = bytearray(bytes.fromhex(hexframe))
+    if f[12:14] == b"\x08\x00":
+        f[18:20] = f[24:26] = b"\0\0"
+    elif f[12:14] == b"\x86\xdd":
+        f[15] &= 0xF0
+        f[16:18] = b"\0\0"
+    return f.hex()
+
+
+def test_echo_replies_as_the_kernel(topo):
+    """Pings to r1's own addresses: fastpath answers as the kernel does
+    (byte for byte apart from the IPv4 ID and the IPv6 flow label)."""
+    h1mac = _mac(H1, "h1e")
+    reqs = _echo_requests(h1mac)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def replies():
+        return [_sh(sys.executable, TOOL, "xchg", "h1e", f.hex(), "echo-reply", "2", ns=H1,
+                    env=env).stdout.strip() for f in reqs]
+    kernel = replies()
+    assert all(kernel), kernel
+    p, _table = _start(topo, "--json")
+    try:
+        ours = replies()
+    finally:
+        rc, out, err = _stop(p)
+    assert [_mask_echo(x) for x in ours] == [_mask_echo(x) for x in kernel], (ours, kernel)
+    assert json.loads(out)["counters"]["echo_replies"] == 2
+
+
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
 def test_nft_table_removed_on_every_exit(topo, how):
     env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None

@@ -6,8 +6,8 @@ every one was answered.
 
 ``python wire_tool.py xchg DEV HEXFRAME KIND [TIMEOUT]``: send one Ethernet
 frame on DEV from a packet socket and print, in hex, the first frame that
-comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136), or
-nothing.
+comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136;
+``echo-reply``: ICMP type 0 or ICMPv6 type 129), or nothing.
 
 ``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR;
 ``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived.
@@ -80,6 +80,9 @@ def xchg(dev, frame, kind, timeout=2.0):
         if kind == "arp-reply" and et == 0x0806 and data[20:22] == b"\0\2":
             return data
         if kind == "na" and et == 0x86DD and data[20] == 58 and data[54] == 136:
+            return data
+        if kind == "echo-reply" and ((et == 0x0800 and data[23] == 1 and data[34] == 0) or
+                                     (et == 0x86DD and data[20] == 58 and data[54] == 129)):
             return data
 
 

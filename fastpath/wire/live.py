@@ -15,7 +15,8 @@ the system is not changed), opens one AF_PACKET socket per interface
 One iteration (``step``): poll the rings, fill one Batch from all of them
 (no per-packet Python), sort out ARP and NS/NA frames for the neighbour
 subsystem (wire.neigh; only batches that hold some pay for a compaction),
-``Router.process``, then per egress interface one ``tx`` (sendmmsg) of the
+``Router.process``, echo replies for the echo requests it delivered
+locally (wire.echo), then per egress interface one ``tx`` (sendmmsg) of the
 forwarded packets (verdicts forward and icmp) whose Ethernet header the
 datapath wrote.  A packet whose destination MAC the datapath left zero (its
 neighbour table has no entry for ``batch.nexthop`` on ``oif``) goes to the
@@ -42,7 +43,7 @@ from ..batch import Batch
 from ..config import ConfigError
 from ..reasons import VERDICT_IDS, VERDICTS
 from ..router import Router
-from . import nft
+from . import echo, nft
 from .neigh import Link, Neighbours
 
 V_FWD, V_LOCAL, V_DROP, V_ICMP = (VERDICT_IDS[v] for v in ("forward", "local", "drop", "icmp"))
@@ -99,6 +100,7 @@ class Live:
         self.iterations = 0
         self.neigh_configures = 0
         self.reloads = 0
+        self.echo_replies = 0
         self._counters_before = {}      # the datapath counters of Routers replaced by reload
         self.neigh_configure_s = 0.0
 
@@ -178,6 +180,7 @@ class Live:
                           + 18, 128)
         self.batch = Batch(np.zeros((n, slot), np.uint8), np.zeros(n, np.int32),
                            np.zeros(n, np.int32), linktype="ethernet")
+        self._locals(st)
         self.opened = True
 
     def reload(self, config) -> None:
@@ -221,6 +224,7 @@ class Live:
         nb.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
                      if a.version == 4 and a.ip.packed[0] != 127}
         nb.forwarding = bool(st.sysctl("net.ipv6.conf.all.forwarding"))
+        self._locals(st)
         old = self.router
         self.router = r
         self.config = text
@@ -322,6 +326,8 @@ class Live:
         for k in range(1, len(VERDICTS)):
             if cnt[k]:
                 self.verdicts[VERDICTS[k]] += int(cnt[k])
+        if cnt[V_LOCAL]:
+            self._echo(b)
         if not (cnt[V_FWD] or cnt[V_ICMP]):
             return
         out = np.flatnonzero((v == V_FWD) | (v == V_ICMP)).astype(np.int32)
@@ -358,6 +364,32 @@ class Live:
                 if s is not None and any(b.data[i, b.start[i]:b.start[i] + 6]):
                     for fr in frags[1:]:
                         s.send(fr)
+
+    def _echo(self, b):
+        """Echo requests to the router's addresses (wire.echo)."""
+        loc = np.flatnonzero(b.verdict == V_LOCAL)
+        d = b.data
+        l3 = b.start[loc] + b.l2len[loc]
+        v4 = (d[loc, l3] == 0x45) & (d[loc, l3 + 9] == 1) & (d[loc, l3 + 20] == 8)
+        v6 = ((d[loc, l3] >> 4) == 6) & (d[loc, l3 + 6] == 58) & (d[loc, l3 + 40] == 128)
+        for i in loc[v4 | v6]:
+            i = int(i)
+            link = self.links.get(int(b.iif[i]))
+            if link is None:
+                continue
+            r = echo.reply(b.packet(i), int(b.l2len[i]), link.mac, self._local4, self._local6,
+                           self._ttl, self._hop_limit)
+            if r is not None:
+                self._send_one(link.ifindex, r)
+                self.echo_replies += 1
+
+    def _locals(self, st):
+        self._local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                        if a.version == 4}
+        self._local6 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                        if a.version == 6}
+        self._ttl = st.sysctl("net.ipv4.ip_default_ttl")
+        self._hop_limit = st.sysctl("net.ipv6.conf.all.hop_limit")
 
     def _family(self, b, i):
         s, l2 = int(b.start[i]), int(b.l2len[i])
@@ -419,6 +451,7 @@ class Live:
                 "neighbour": dict(nb.counters) if nb else {},
                 "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
                 "neigh_configures": self.neigh_configures, "reloads": self.reloads,
+                "echo_replies": self.echo_replies,
                 "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
 
     def neighbours(self) -> list:
