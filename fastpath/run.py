@@ -1,7 +1,8 @@
 """python -m fastpath.run: fastpath as a router on live interfaces.
 
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
-        [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N] [--qdisc-bypass]
+        [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
+        [--qdisc-bypass]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
@@ -30,7 +31,7 @@ class _Stop(Exception):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fastpath.run",
+    ap = argparse.ArgumentParser(prog="python -m fastpath.run", allow_abbrev=False,
                                  description="fastpath as a router on live interfaces (AF_PACKET)")
     ap.add_argument("--config", required=True, help="configuration file (iproute2/sysctl lines)")
     ap.add_argument("--iface", action="append", default=None,
@@ -42,8 +43,12 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     ap.add_argument("--batch", type=int, default=256, help="packets per batch (default 256)")
     ap.add_argument("--qdisc-bypass", action="store_true", help="PACKET_QDISC_BYPASS on TX")
+    ap.add_argument("--netns", default=None, metavar="NS",
+                    help="attach inside network namespace NS (ip netns exec NS ...)")
     ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.netns is not None:
+        return _in_netns(args.netns, sys.argv[1:] if argv is None else list(argv))
 
     from .wire.live import Live, LiveError
     try:
@@ -123,6 +128,34 @@ def main(argv=None) -> int:
     if live.router is not None:
         _report(live, args, elapsed, stopping["sig"])
     return rc
+
+
+def _in_netns(ns, argv):
+    """Run again inside ``ns`` as ``ip netns exec`` does (its own /sys, so
+    that the interfaces read are the namespace's): exec, so that signals
+    reach the process that owns the sockets and the nftables table."""
+    import re
+    import shutil
+    if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", ns) or not os.path.exists(f"/run/netns/{ns}"):
+        print(f"fastpath.run: network namespace {ns!r} does not exist (ip netns list)",
+              file=sys.stderr)
+        return 2
+    ip = shutil.which("ip")
+    if ip is None:
+        print("fastpath.run: --netns needs ip (iproute2)", file=sys.stderr)
+        return 2
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--netns":
+            skip = True
+            continue
+        if a.startswith("--netns="):
+            continue
+        rest.append(a)
+    os.execv(ip, [ip, "netns", "exec", ns, sys.executable, "-m", "fastpath.run"] + rest)
 
 
 def _reload(live, path):

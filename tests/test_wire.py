@@ -474,6 +474,22 @@ def test_errors_one_line_exit_2(topo, conf, args, msg):
     assert not _tables()
 
 
+def test_netns_option(topo):
+    """--netns NS from the host's namespace: fastpath attaches inside NS
+    (its interfaces, its nftables); a missing NS is one line, exit 2."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    base = [sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--iface", "r1",
+            "--iface", "r2", "--duration", "0.3"]
+    r = subprocess.run(base + ["--netns", R], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith("fastpath.run: stopped after"), r.stderr
+    r = subprocess.run(base + ["--netns", P + "nope"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=30)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"fastpath.run: network namespace '{P}nope' does not exist (ip netns list)")
+    assert not _tables()
+
+
 def test_not_root_one_line(topo):
     """Without CAP_NET_RAW / CAP_NET_ADMIN (dropped from the bounding set,
     as for an unprivileged user): one line, exit 2, no table."""

@@ -183,6 +183,22 @@ class Live:
         self._locals(st)
         self.opened = True
 
+    def configure(self, text) -> "Live":
+        """Apply lines to the running Router as a delta (Router.configure:
+        all or nothing, ConfigError); the neighbour subsystem sees the new
+        addresses.  Attaching new interfaces needs a new Live."""
+        self.router.configure(text)
+        st = self.router.state
+        for l in self.links.values():
+            itf = st.interfaces[l.name]
+            l.mac = itf.mac
+            l.addrs4 = [a for a in itf.addrs if a.version == 4]
+            l.addrs6 = [a for a in itf.addrs if a.version == 6]
+        self.neigh.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                             if a.version == 4 and a.ip.packed[0] != 127}
+        self._locals(st)
+        return self
+
     def reload(self, config) -> None:
         """A new configuration (SIGHUP): compiled on a new Router beside the
         running one (the attached interfaces keep their ifindexes: they are
