@@ -1,11 +1,13 @@
 """Forwarding on the wire: ``python -m fastpath.bench_wire`` (root).
 
-    python -m fastpath.bench_wire [--seconds S] [--batch N] [--scenario ipv4|ipv6|both]
+    python -m fastpath.bench_wire [--seconds S] [--batch N] [--scenario ipv4|ipv6|End|all]
         [--json PATH]
 
 The topology of tests/test_wire.py, made for the run and deleted after it:
 ``h1 --veth-- r --veth-- h2``, network namespaces.  A generator in h1 sends
-64-byte UDP frames (256 flows, addressed to r1's MAC) as fast as it can
+UDP frames (256 flows, addressed to r1's MAC: IPv4 and IPv6 of 64 bytes,
+and SRv6 End frames, IPv6 + a 2-segment SRH to End on fc00:1::1, next
+segment routed to h2) as fast as it can
 from an AF_PACKET socket with sendmmsg (fastpath._afpacket, 256 frames a
 call); h2 drops everything at its netdev ingress (so it costs nothing) and
 its veth's rx_packets counter is the forwarded count.  The same traffic is
@@ -44,6 +46,10 @@ ip addr add 10.1.0.1/24 dev r1
 ip -6 addr add 2001:db8:1::1/64 dev r1
 ip addr add 10.2.0.1/24 dev r2
 ip -6 addr add 2001:db8:2::1/64 dev r2
+sysctl -w net.ipv6.conf.all.seg6_enabled=1
+sysctl -w net.ipv6.conf.r1.seg6_enabled=1
+ip -6 route add fc00:1::1/128 encap seg6local action End dev r1
+ip -6 route add fc00:2::/32 via 2001:db8:2::2 dev r2
 """
 
 GEN = r"""
@@ -65,10 +71,16 @@ for k in range(nflows):
                          bytes([10, 1, 0, 2]), bytes([10, 2, 0, 2]))
         ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
         frames.append(dmac + smac + b"\x08\x00" + ip + udp)
-    else:
+    elif fam == 6:
         src = bytes.fromhex("20010db8000100000000000000000002"); dst = bytes.fromhex("20010db8000200000000000000000002")
         ip = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + src + dst
         frames.append(dmac + smac + b"\x86\xdd" + ip + udp)
+    else:   # End: SRH (fc00:2::100, fc00:1::1), segments left 1, to fc00:1::1
+        src = bytes.fromhex("20010db8000100000000000000000002")
+        sid1 = bytes.fromhex("fc000001000000000000000000000001"); sid2 = bytes.fromhex("fc000002000000000000000000000100")
+        srh = struct.pack("!BBBBBBH", 17, 4, 4, 1, 1, 0, 0) + sid2 + sid1
+        ip = struct.pack("!IHBB", 6 << 28, len(srh) + len(udp), 43, 64) + src + sid1
+        frames.append(dmac + smac + b"\x86\xdd" + ip + srh + udp)
 B = 256
 b = Batch.from_packets([frames[k % nflows] for k in range(B)], linktype="ethernet")
 s = _afpacket.Socket(dev, socket.if_nametoindex(dev), block_size=1 << 16, block_nr=2, qdisc_bypass=True)
@@ -207,10 +219,17 @@ class Topology:
             _sh("ip", "-n", r, "addr", "add", a4, "dev", dev)
             _sh("ip", "-n", r, "-6", "addr", "add", a6, "dev", dev, "nodad")
             _sh("ip", "-n", r, "link", "set", dev, "up")
+        # the kernel as the same SRv6 router (End on fc00:1::1)
+        _sh("sysctl", "-qw", "net.ipv6.conf.all.seg6_enabled=1", "net.ipv6.conf.r1.seg6_enabled=1",
+            ns=r)
+        _sh("ip", "-n", r, "-6", "route", "add", "fc00:1::1/128", "encap", "seg6local", "action",
+            "End", "dev", "r1")
+        _sh("ip", "-n", r, "-6", "route", "add", "fc00:2::/32", "via", "2001:db8:2::2", "dev", "r2")
         # h2: ARP and ND answered by its kernel, the UDP flood dropped at ingress
         subprocess.run(["ip", "netns", "exec", h2, "nft", "-f", "-"], check=True, text=True,
                        input="table netdev sink {\n chain in {\n  type filter hook ingress device "
-                             "\"h2e\" priority 0; policy accept;\n  udp dport 9 drop\n }\n}\n")
+                             "\"h2e\" priority 0; policy accept;\n  udp dport 9 drop\n"
+                             "  ip6 daddr fc00::/16 drop\n }\n}\n")
         self.r1mac = _sh("cat", "/sys/class/net/r1/address", ns=r).stdout.strip().replace(":", "")
         time.sleep(0.3)
 
@@ -288,12 +307,15 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
     return res
 
 
+_SCEN = {4: "ipv4", 6: "ipv6", 0: "End"}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m fastpath.bench_wire")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--runs", type=int, default=3, help="runs per forwarder (median reported)")
-    ap.add_argument("--scenario", choices=("ipv4", "ipv6", "both"), default="both")
+    ap.add_argument("--scenario", choices=("ipv4", "ipv6", "End", "all"), default="all")
     ap.add_argument("--forwarders", default="fastpath,fastpath-qdisc-bypass,kernel")
     ap.add_argument("--json", default=None, help="write the results to PATH too")
     ap.add_argument("--ring-copy", action="store_true",
@@ -312,7 +334,7 @@ def main(argv=None):
             with open(a.json, "w") as f:
                 f.write(json.dumps(doc, indent=1) + "\n")
         return 0
-    fams = {"ipv4": [4], "ipv6": [6], "both": [4, 6]}[a.scenario]
+    fams = {"ipv4": [4], "ipv6": [6], "End": [0], "all": [4, 6, 0]}[a.scenario]
     doc = {"bench": "wire", "python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "kernel": platform.release(), "seconds": a.seconds,
            "batch": a.batch, "frame_bytes": 64, "flows": 256, "results": {}}
@@ -330,7 +352,7 @@ def main(argv=None):
                 rs.sort(key=lambda r: r["forwarded_pps"])
                 med = dict(rs[len(rs) // 2])
                 med["forwarded_pps_runs"] = [r["forwarded_pps"] for r in rs]
-                doc["results"][f"ipv{fam} {fw}"] = med
+                doc["results"][f"{_SCEN[fam]} {fw}"] = med
     text = json.dumps(doc, indent=1)
     print(text)
     if a.json:
