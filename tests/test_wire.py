@@ -276,6 +276,42 @@ def test_stats_interval_lines(topo):
     assert " | r2 rx " in lines[0] and " | drops " in lines[0] and lines[0].split()[-2] == "neighbours"
 
 
+_TCPSINK = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 7000)); s.listen(); s.settimeout(5)
+print("ready", flush=True)
+c, _ = s.accept(); c.settimeout(5); n = 0
+while True:
+    d = c.recv(65536)
+    if not d: break
+    n += len(d)
+print(n)
+"""
+
+
+def test_tcp_through_fastpath(topo):
+    """A 1 MB TCP transfer each way of both families, the hosts' segmentation
+    offloads off (fastpath does not segment GSO super-frames yet; README)."""
+    if shutil.which("ethtool") is None:
+        pytest.skip("needs ethtool (to turn the hosts' TSO/GSO off)")
+    _sh("ethtool", "-K", "h1e", "tso", "off", "gso", "off", ns=H1)
+    _sh("ethtool", "-K", "h2e", "tso", "off", "gso", "off", ns=H2)
+    p, _table = _start(topo, "--json")
+    try:
+        for bind, dst in (("0.0.0.0", "10.2.0.2"), ("::", "2001:db8:2::2")):
+            sink = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, "-c", _TCPSINK, bind],
+                                    stdout=subprocess.PIPE, text=True)
+            assert sink.stdout.readline().strip() == "ready"
+            _sh(sys.executable, "-c", "import socket,sys; s=socket.create_connection((sys.argv[1], 7000),"
+                " timeout=5); s.sendall(b'x' * 1000000); s.close()", dst, ns=H1)
+            assert sink.communicate(timeout=15)[0].strip() == "1000000"
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+
+
 def test_unresolvable_nexthop_counts_neigh_failed(topo):
     """10.9.0.0/24 via 10.2.0.99: nobody answers; after mcast_solicit (3)
     ARP requests retrans_time (1 s) apart the queued packets are dropped

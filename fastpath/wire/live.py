@@ -116,7 +116,10 @@ class Live:
     def _open(self):
         from .. import _afpacket
         if self.names is None:
-            st = Router().configure(self.config).state
+            try:
+                st = Router().configure(self.config).state
+            except ConfigError as e:
+                raise LiveError(f"configuration: {e}") from None
             self.names = [n for n, i in st.interfaces.items() if i.kind != "loopback"]
         if not self.names:
             raise LiveError("no interface to attach to (give --iface DEV)")
