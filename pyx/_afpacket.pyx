@@ -19,6 +19,11 @@
 # checksum holds only the pseudo-header sum) gets its checksum completed,
 # as the kernel's skb_checksum_help would before a device without offload
 # (fpap_csum_fix; ``rx_csum_partial`` counts those it could not complete).
+# A TCP GSO/GRO super-frame (a local stack's TSO through a veth, GRO on a
+# NIC) is cut into MSS-sized segments, one row each, as skb_gso_segment
+# would before a device without TSO: its gso_size comes in the
+# virtio_net_hdr that PACKET_VNET_HDR puts before each frame
+# (fpap_gso_hdr, fpap_gso_seg; ``rx_gso_frames``, ``rx_gso_segments``).
 #
 # No per-packet Python: one ``rx`` call fills up to ``max`` rows of a Batch
 # from every ready block; one ``tx`` call sends the selected rows of a Batch
@@ -45,6 +50,7 @@ cdef extern from *:
     #include <arpa/inet.h>
     #include <net/ethernet.h>
     #include <linux/if_packet.h>
+    #include <linux/virtio_net.h>
     #ifndef PACKET_IGNORE_OUTGOING
     #define PACKET_IGNORE_OUTGOING 23
     #endif
@@ -58,18 +64,25 @@ cdef extern from *:
         unsigned left;                /* frames left in it (0: not started) */
         uint8_t *pkt;                 /* next frame in it */
         uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial, csum_fixed;
+        uint64_t gso_frames, gso_segments;
+        int vnet;                     /* PACKET_VNET_HDR: a virtio_net_hdr before each frame */
+        int txfd;                     /* fd, or (vnet) a plain socket: with PACKET_VNET_HDR
+                                         every sent frame would need a virtio_net_hdr too */
     } fpap_ring;
+
+    static void fpap_close(fpap_ring *r);
 
     /* Open, ring and bind: returns fd >= 0, or -errno with *stage naming the
        step that failed (0 socket, 1 version, 2 ring, 3 mmap, 4 bind,
-       5 ignore-outgoing, 6 qdisc bypass). */
+       5 ignore-outgoing, 6 qdisc bypass, 7 the TX socket). */
     static int fpap_open(fpap_ring *r, int ifindex, unsigned block_size, unsigned block_nr,
-                         unsigned frame_size, int tov_ms, int bypass, int *stage) {
+                         unsigned frame_size, int tov_ms, int bypass, int vnet, int *stage) {
         struct tpacket_req3 req;
         struct sockaddr_ll sll;
         int one = 1, v = TPACKET_V3, fd, e;
         memset(r, 0, sizeof(*r));
         r->fd = -1;
+        r->txfd = -1;
         /* protocol 0 until bound: no frames queue from other devices */
         *stage = 0;
         fd = socket(AF_PACKET, SOCK_RAW, 0);
@@ -78,6 +91,9 @@ cdef extern from *:
         if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0) goto fail;
         *stage = 5;
         if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) goto fail;
+        /* GSO/GRO super-frames come with their gso_size in a virtio_net_hdr
+           (before the ring exists; without it they are dropped as oversize) */
+        r->vnet = vnet && setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) == 0;
         *stage = 6;
         if (bypass && setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) < 0) goto fail;
         *stage = 2;
@@ -103,8 +119,21 @@ cdef extern from *:
         sll.sll_ifindex = ifindex;
         if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) goto fail;
         r->fd = fd;
+        r->txfd = fd;
         r->block_size = block_size;
         r->block_nr = block_nr;
+        if (r->vnet) {
+            /* protocol 0: this one receives nothing */
+            int t = socket(AF_PACKET, SOCK_RAW, 0);
+            *stage = 7;
+            if (t < 0) { e = errno; fpap_close(r); return -e; }
+            if (bypass) setsockopt(t, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+            sll.sll_protocol = 0;
+            if (bind(t, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+                e = errno; close(t); fpap_close(r); return -e;
+            }
+            r->txfd = t;
+        }
         return fd;
     fail:
         e = errno;
@@ -117,6 +146,8 @@ cdef extern from *:
     static void fpap_close(fpap_ring *r) {
         if (r->ring) munmap(r->ring, r->ring_len);
         r->ring = NULL;
+        if (r->txfd >= 0 && r->txfd != r->fd) close(r->txfd);
+        r->txfd = -1;
         if (r->fd >= 0) close(r->fd);
         r->fd = -1;
     }
@@ -158,6 +189,88 @@ cdef extern from *:
         return 1;
     }
 
+    static uint32_t fpap_sum(const uint8_t *p, unsigned n, uint32_t sum) {
+        unsigned k;
+        for (k = 0; k + 1 < n; k += 2) sum += (uint32_t)(p[k] << 8 | p[k + 1]);
+        if (k < n) sum += (uint32_t)p[k] << 8;
+        return sum;
+    }
+
+    static uint16_t fpap_fold(uint32_t sum) {
+        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+        return (uint16_t)~sum;
+    }
+
+    /* The headers of a TCP GSO super-frame (VLAN tag restored) into hb;
+       returns their length and sets *l3, *l4, *pay (where the payload
+       starts in the original frame f), or 0 when it is not TCP over
+       IPv4/IPv6 as fastpath segments it. */
+    static unsigned fpap_gso_hdr(const uint8_t *f, unsigned len, int vlan, uint16_t tpid,
+                                 uint16_t tci, uint8_t *hb, unsigned *l3, unsigned *l4,
+                                 unsigned *pay) {
+        unsigned add = vlan ? 4 : 0, hlen, i;
+        uint16_t et;
+        if (len < 14 + 40) return 0;
+        memcpy(hb, f, 12);
+        if (vlan) { hb[12] = tpid >> 8; hb[13] = tpid & 0xff; hb[14] = tci >> 8; hb[15] = tci & 0xff; }
+        /* up to 14 + 60 + 60 bytes of headers */
+        i = len < 134 ? len : 134;
+        memcpy(hb + 12 + add, f + 12, i - 12);
+        *l3 = 14 + add;
+        et = (uint16_t)(hb[*l3 - 2] << 8 | hb[*l3 - 1]);
+        if (et == 0x8100) { *l3 += 4; et = (uint16_t)(hb[*l3 - 2] << 8 | hb[*l3 - 1]); }
+        if (et == 0x0800) {
+            if (hb[*l3 + 9] != 6) return 0;
+            *l4 = *l3 + (hb[*l3] & 15) * 4;
+        } else if (et == 0x86DD) {
+            if (hb[*l3 + 6] != 6) return 0;
+            *l4 = *l3 + 40;
+        } else return 0;
+        hlen = *l4 + (hb[*l4 + 12] >> 4) * 4;
+        if (hlen > 12 + add + i - 12 || hlen - add >= len || hlen > 200) return 0;
+        *pay = hlen - add;
+        return hlen;
+    }
+
+    /* skb_gso_segment for TCP (tcp_gso_segment, inet_gso_segment /
+       ipv6_gso_segment): segments of mss payload bytes, each with the
+       headers copied, IPv4 total length / ID (+1 a segment) / header
+       checksum or IPv6 payload length, TCP sequence number, FIN and PSH on
+       the last segment only, CWR on the first only, full TCP checksum. */
+    static void fpap_gso_seg(uint8_t *row, const uint8_t *hb, unsigned hlen, unsigned l3,
+                             unsigned l4, const uint8_t *payload, unsigned sl, unsigned k,
+                             unsigned mss, int last) {
+        uint32_t seq, sum;
+        uint8_t fl;
+        unsigned tcplen = hlen - l4 + sl;
+        memcpy(row, hb, hlen);
+        memcpy(row + hlen, payload, sl);
+        if ((row[l3] >> 4) == 4) {
+            unsigned tot = hlen - l3 + sl, ihl = (row[l3] & 15) * 4;
+            uint16_t id = (uint16_t)((row[l3 + 4] << 8 | row[l3 + 5]) + k);
+            row[l3 + 2] = tot >> 8; row[l3 + 3] = tot & 0xff;
+            row[l3 + 4] = id >> 8; row[l3 + 5] = id & 0xff;
+            row[l3 + 10] = row[l3 + 11] = 0;
+            sum = fpap_fold(fpap_sum(row + l3, ihl, 0));
+            row[l3 + 10] = sum >> 8; row[l3 + 11] = sum & 0xff;
+            sum = fpap_sum(row + l3 + 12, 8, 0) + 6 + tcplen;
+        } else {
+            unsigned plen = hlen - l3 - 40 + sl;
+            row[l3 + 4] = plen >> 8; row[l3 + 5] = plen & 0xff;
+            sum = fpap_sum(row + l3 + 8, 32, 0) + 6 + tcplen;
+        }
+        seq = ((uint32_t)row[l4 + 4] << 24 | (uint32_t)row[l4 + 5] << 16 |
+               (uint32_t)row[l4 + 6] << 8 | row[l4 + 7]) + k * mss;
+        row[l4 + 4] = seq >> 24; row[l4 + 5] = seq >> 16; row[l4 + 6] = seq >> 8; row[l4 + 7] = seq;
+        fl = row[l4 + 13];
+        if (!last) fl &= (uint8_t)~0x09;       /* FIN, PSH */
+        if (k) fl &= (uint8_t)~0x80;           /* CWR */
+        row[l4 + 13] = fl;
+        row[l4 + 16] = row[l4 + 17] = 0;
+        sum = fpap_fold(fpap_sum(row + l4, tcplen, sum));
+        row[l4 + 16] = sum >> 8; row[l4 + 17] = sum & 0xff;
+    }
+
     /* Copy up to max frames into rows [0, max) of data (slot bytes each),
        each at offset headroom.  Returns the number of rows filled. */
     static int fpap_rx(fpap_ring *r, uint8_t *data, int slot, int headroom, int max,
@@ -182,6 +295,52 @@ cdef extern from *:
                 const uint8_t *f = r->pkt + h->tp_mac;
                 unsigned len = h->tp_snaplen;
                 int vlan = (h->tp_status & TP_STATUS_VLAN_VALID) != 0;
+                unsigned mss = 0;
+                if (r->vnet && sll->sll_pkttype != PACKET_OTHERHOST) {
+                    const struct virtio_net_hdr *vh =
+                        (const struct virtio_net_hdr *)(f - sizeof(struct virtio_net_hdr));
+                    unsigned gt = vh->gso_type & ~VIRTIO_NET_HDR_GSO_ECN;
+                    if ((gt == VIRTIO_NET_HDR_GSO_TCPV4 || gt == VIRTIO_NET_HDR_GSO_TCPV6)
+                            && vh->gso_size)
+                        mss = vh->gso_size;
+                }
+                if (mss && h->tp_snaplen == h->tp_len) {
+                    /* a super-frame: segmented into as many rows as it needs */
+                    uint8_t hb[256];
+                    uint16_t tpid = (h->tp_status & TP_STATUS_VLAN_TPID_VALID)
+                                    ? h->hv1.tp_vlan_tpid : 0x8100;
+                    unsigned l3 = 0, l4 = 0, pay = 0, need, k;
+                    unsigned hlen = fpap_gso_hdr(f, len, vlan, tpid, (uint16_t)h->hv1.tp_vlan_tci,
+                                                 hb, &l3, &l4, &pay);
+                    need = hlen ? (len - pay + mss - 1) / mss : 0;
+                    if (need > 1 && (int)(hlen + mss) <= room) {
+                        if (n + (int)need > max) {
+                            if (n) break;               /* next call, in a fresh batch */
+                            r->left--; r->pkt += h->tp_next_offset;
+                            r->oversize++;
+                            continue;
+                        }
+                        r->left--;
+                        r->pkt += h->tp_next_offset;
+                        for (k = 0; k < need; k++) {
+                            unsigned sl = k + 1 < need ? mss : len - pay - k * mss;
+                            uint8_t *row = data + (size_t)(n + k) * slot + headroom;
+                            fpap_gso_seg(row, hb, hlen, l3, l4, f + pay + k * mss, sl, k, mss,
+                                         k + 1 == need);
+                            start[n + k] = headroom;
+                            length[n + k] = (int32_t)(hlen + sl);
+                            l2len[n + k] = (uint16_t)l3;
+                            iif[n + k] = iifv;
+                            ts[n + k] = (int64_t)h->tp_sec * 1000000000LL + h->tp_nsec;
+                        }
+                        n += (int)need;
+                        r->rx += need;
+                        r->gso_frames++;
+                        r->gso_segments += need;
+                        if (vlan) r->vlan_restored++;
+                        continue;
+                    }
+                }
                 r->left--;
                 r->pkt += h->tp_next_offset;
                 if (sll->sll_pkttype == PACKET_OTHERHOST || sll->sll_pkttype == PACKET_OUTGOING) {
@@ -319,8 +478,11 @@ cdef extern from *:
         int fd
         unsigned block_size, block_nr
         uint64_t rx, oversize, otherhost, truncated, vlan_restored, csum_partial, csum_fixed
+        uint64_t gso_frames, gso_segments
+        int vnet
+        int txfd
     int fpap_open(fpap_ring* r, int ifindex, unsigned block_size, unsigned block_nr,
-                  unsigned frame_size, int tov_ms, int bypass, int* stage) nogil
+                  unsigned frame_size, int tov_ms, int bypass, int vnet, int* stage) nogil
     void fpap_close(fpap_ring* r) nogil
     int fpap_rx(fpap_ring* r, uint8_t* data, int slot, int headroom, int max, int32_t* start,
                 int32_t* length, uint16_t* l2len, uint32_t* iif, int64_t* ts, uint32_t iifv) nogil
@@ -336,7 +498,8 @@ cdef extern from *:
 
 
 _STAGES = ("socket(AF_PACKET, SOCK_RAW)", "PACKET_VERSION TPACKET_V3", "PACKET_RX_RING",
-           "mmap of the ring", "bind", "PACKET_IGNORE_OUTGOING", "PACKET_QDISC_BYPASS")
+           "mmap of the ring", "bind", "PACKET_IGNORE_OUTGOING", "PACKET_QDISC_BYPASS",
+           "the TX socket")
 
 
 class AfPacketError(OSError):
@@ -362,13 +525,14 @@ cdef class Socket:
 
     def __cinit__(self):
         self.r.fd = -1
+        self.r.txfd = -1
 
     def __init__(self, str name, int ifindex, uint32_t iif=0, *, unsigned block_size=1 << 18,
                  unsigned block_nr=16, unsigned frame_size=2048, int block_timeout_ms=1,
-                 bint qdisc_bypass=False):
+                 bint qdisc_bypass=False, bint gso=True):
         cdef int stage = 0
         cdef int rc = fpap_open(&self.r, ifindex, block_size, block_nr, frame_size,
-                                block_timeout_ms, qdisc_bypass, &stage)
+                                block_timeout_ms, qdisc_bypass, gso, &stage)
         if rc < 0:
             err = -rc
             hint = ""
@@ -456,7 +620,7 @@ cdef class Socket:
         cdef int err = 0, sent
         if self.r.fd < 0 or len(ix) == 0:
             return 0
-        sent = fpap_tx(self.r.fd, <uint8_t*>cnp.PyArray_DATA(data), data.shape[1],
+        sent = fpap_tx(self.r.txfd, <uint8_t*>cnp.PyArray_DATA(data), data.shape[1],
                        <const int32_t*>cnp.PyArray_DATA(start), <const int32_t*>cnp.PyArray_DATA(length),
                        <const int32_t*>cnp.PyArray_DATA(ix), len(ix), &err)
         self.tx_packets += sent
@@ -468,7 +632,7 @@ cdef class Socket:
         if self.r.fd < 0:
             return 0
         try:
-            os.write(self.r.fd, b)
+            os.write(self.r.txfd, b)
         except OSError:
             self.tx_errors += 1
             return 0
@@ -482,6 +646,7 @@ cdef class Socket:
         self._read_stats()
         return {"rx": self.r.rx, "rx_otherhost": self.r.otherhost, "rx_oversize": self.r.oversize,
                 "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
+                "rx_gso_frames": self.r.gso_frames, "rx_gso_segments": self.r.gso_segments,
                 "rx_csum_completed": self.r.csum_fixed, "rx_csum_partial": self.r.csum_partial,
                 "tx": self.tx_packets,
                 "tx_errors": self.tx_errors, "errors": self.errors, "ring_packets": self.ring_packets,
