@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     if args.batch < 1 or args.batch > 65536:
         print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
         return 2
+    if args.stats is not None and args.stats < 0:
+        print("fastpath.run: --stats SECONDS must be positive", file=sys.stderr)
+        return 2
 
     stopping = {"sig": None, "reload": False}
 
