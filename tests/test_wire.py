@@ -102,12 +102,17 @@ def topo(tmp_path_factory):
             "End.DX4", "nh4", "10.3.0.2", "dev", "h2e")
         # r's kernel: the same router, so that only the ingress drop keeps
         # it from forwarding and answering too
-        _sh("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", ns=R)
+        _sh("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+            "net.ipv6.conf.all.seg6_enabled=1", ns=R)
         for dev, a4, a6 in (("r1", "10.1.0.1/24", "2001:db8:1::1/64"),
                             ("r2", "10.2.0.1/24", "2001:db8:2::1/64")):
             _sh("ip", "-n", R, "addr", "add", a4, "dev", dev)
             _sh("ip", "-n", R, "-6", "addr", "add", a6, "dev", dev, "nodad")
             _sh("ip", "-n", R, "link", "set", dev, "up")
+        _sh("sysctl", "-qw", "net.ipv6.conf.r1.seg6_enabled=1", ns=R)
+        _sh("ip", "-n", R, "-6", "route", "add", "fc00:1::1/128", "encap", "seg6local", "action",
+            "End", "dev", "r1")
+        _sh("ip", "-n", R, "-6", "route", "add", "fc00:2::/32", "via", "2001:db8:2::2", "dev", "r2")
         conf = tmp_path_factory.mktemp("wire") / "r.conf"
         conf.write_text(CONF)
         yield {"conf": str(conf), "dir": conf.parent}
@@ -442,6 +447,51 @@ def test_echo_replies_as_the_kernel(topo):
         rc, out, err = _stop(p)
     assert [_mask_echo(x) for x in ours] == [_mask_echo(x) for x in kernel], (ours, kernel)
     assert json.loads(out)["counters"]["echo_replies"] == 2
+
+
+def _forward_frames(h1mac, rmac):
+    """IPv4 UDP (TOS, DF, options-free), IPv6 UDP (traffic class, flow
+    label), and SRv6 End (SRH fc00:2::100, fc00:1::1; segments left 1) from
+    h1 towards h2."""
+    import struct
+    from fastpath.wire.neigh import _csum
+    mac, r = bytes.fromhex(h1mac), bytes.fromhex(rmac)
+    udp = struct.pack("!HHHH", 4000, 9, 8 + 12, 0) + b"fastpath-fwd"
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0x28, 20 + len(udp), 0x1111, 0x4000, 17, 17, 0,
+                     bytes([10, 1, 0, 2]), bytes([10, 2, 0, 2]))
+    ip = ip[:10] + struct.pack("!H", ~_csum(ip) & 0xFFFF) + ip[12:]
+    src = bytes.fromhex("20010db8000100000000000000000002")
+    dst = bytes.fromhex("20010db8000200000000000000000002")
+    ip6 = struct.pack("!IHBB", (6 << 28) | (0x28 << 20) | 0xABCDE, len(udp), 17, 9) + src + dst
+    sid1 = bytes.fromhex("fc000001000000000000000000000001")
+    sid2 = bytes.fromhex("fc000002000000000000000000000100")
+    srh = struct.pack("!BBBBBBH", 17, 4, 4, 1, 1, 0, 0) + sid2 + sid1
+    end = struct.pack("!IHBB", (6 << 28) | 0x12345, len(srh) + len(udp), 43, 33) + src + sid1
+    return [r + mac + b"\x08\x00" + ip + udp, r + mac + b"\x86\xdd" + ip6 + udp,
+            r + mac + b"\x86\xdd" + end + srh + udp]
+
+
+def test_forwarded_frames_as_the_kernel(topo):
+    """The same frames from h1 through r's kernel as the router, then
+    through fastpath: h2 receives the same bytes (TTL / hop limit, IPv4
+    checksum, End's next segment, MACs)."""
+    frames = _forward_frames(_mac(H1, "h1e"), _mac(R, "r1"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def through():
+        cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
+                                str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
+        assert cap.stdout.readline().strip() == "ready"
+        _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for f in frames], ns=H1, env=env)
+        return cap.communicate(timeout=10)[0].split()
+    kernel = through()
+    assert len(kernel) == 3, kernel
+    p, _table = _start(topo)
+    try:
+        ours = through()
+    finally:
+        _stop(p)
+    assert ours == kernel
 
 
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])

@@ -10,7 +10,9 @@ comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136;
 ``echo-reply``: ICMP type 0 or ICMPv6 type 129), or nothing.
 
 ``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR;
-``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived.
+``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived;
+``send DEV HEX...``: frames out of DEV; ``capture DEV COUNT TIMEOUT``:
+prints ``ready``, then the first COUNT UDP / SRv6 frames DEV receives, hex.
 """
 import ipaddress
 import os
@@ -98,6 +100,31 @@ if __name__ == "__main__":
         t = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
         r = xchg(sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4], t)
         print(r.hex() if r else "")
+        sys.exit(0)
+    if cmd == "send":
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((sys.argv[2], 0))
+        for h in sys.argv[3:]:
+            s.send(bytes.fromhex(h))
+            time.sleep(0.02)
+        sys.exit(0)
+    if cmd == "capture":
+        # IPv4 UDP, IPv6 UDP and IPv6 with a routing header arriving on DEV
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+        s.bind((sys.argv[2], 0))
+        print("ready", flush=True)
+        want, end, got = int(sys.argv[3]), time.monotonic() + float(sys.argv[4]), []
+        while len(got) < want:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([s], [], [], left)[0]:
+                break
+            data, addr = s.recvfrom(65536)
+            if addr[2] == socket.PACKET_OUTGOING:
+                continue
+            et = struct.unpack_from("!H", data, 12)[0]
+            if (et == 0x0800 and data[23] == 17) or (et == 0x86DD and data[20] in (17, 43)):
+                got.append(data.hex())
+        print("\n".join(got))
         sys.exit(0)
     if cmd == "udprecv":
         fam = socket.AF_INET6 if sys.argv[2] == "6" else socket.AF_INET
