@@ -19,7 +19,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """``fastpath.pcap``, ``fastpath.rss``, ``fastpath.topology``: imported on first use."""
+    """``fastpath.pcap``, ``fastpath.rss``, ``fastpath.topology``, ``fastpath.Live``
+    (fastpath.wire.live): imported on first use."""
+    if name == "Live":
+        from .wire.live import Live
+        return Live
     if name in ("pcap", "rss", "topology"):
         import importlib
         return importlib.import_module(f".{name}", __name__)

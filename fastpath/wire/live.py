@@ -1,0 +1,490 @@
+"""The receive / process / transmit loop of fastpath on live interfaces.
+
+    with Live(config_text, ["veth0", "veth1"]) as live:
+        live.run(stop)                 # until stop() is true (or Ctrl-C)
+        print(live.counters())
+
+``Live.open`` (also ``with``): reads each interface's MAC, MTU and ifindex
+from the system (/sys/class/net), configures a Router with them in front of
+the configuration (so a configuration that sets ``address`` or ``mtu`` wins;
+the system is not changed), opens one AF_PACKET socket per interface
+(fastpath._afpacket) and installs the nftables ingress drop (wire.nft);
+``close`` undoes it.  An error while opening undoes what was done and raises
+``LiveError`` with a one-line message.
+
+One iteration (``step``): poll the rings, fill one Batch from all of them
+(no per-packet Python), sort out ARP and NS/NA frames for the neighbour
+subsystem (wire.neigh; only batches that hold some pay for a compaction),
+``Router.process``, echo replies for the echo requests it delivered
+locally (wire.echo), then per egress interface one ``tx`` (sendmmsg) of the
+forwarded packets (verdicts forward and icmp) whose Ethernet header the
+datapath wrote.  A packet whose destination MAC the datapath left zero (its
+neighbour table has no entry for ``batch.nexthop`` on ``oif``) goes to the
+neighbour subsystem, which queues it and resolves; entries learned or
+changed reach the datapath as one ``Router.configure`` of ``ip neigh``
+lines per iteration that has any.
+
+Counters: per interface rx/tx (and the ring's drops), verdicts, the
+datapath's drop reasons, and the wire's own: ``neigh_failed``
+(SKB_DROP_REASON_NEIGH_FAILED), ``neigh_queuefull``
+(SKB_DROP_REASON_NEIGH_QUEUEFULL), ``no_tx_device`` (forwarded to a
+configured device fastpath is not attached to), ``tx_error``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import time
+
+import numpy as np
+
+from ..batch import Batch
+from ..config import ConfigError
+from ..reasons import VERDICT_IDS, VERDICTS
+from ..router import Router
+from . import echo, nft
+from .neigh import Link, Neighbours
+
+V_FWD, V_LOCAL, V_DROP, V_ICMP = (VERDICT_IDS[v] for v in ("forward", "local", "drop", "icmp"))
+
+
+class LiveError(RuntimeError):
+    """fastpath could not attach (a one-line message for a person)."""
+
+
+def system_interface(name: str) -> dict:
+    """ifindex, MAC and MTU of a system interface (in this netns)."""
+    base = f"/sys/class/net/{name}"
+    if not os.path.isdir(base):
+        raise LiveError(f"interface {name!r} does not exist")
+    try:
+        ifindex = socket.if_nametoindex(name)
+        with open(base + "/address") as f:
+            mac = bytes.fromhex(f.read().strip().replace(":", ""))
+        with open(base + "/mtu") as f:
+            mtu = int(f.read())
+        with open(base + "/type") as f:
+            arptype = int(f.read())
+    except (OSError, ValueError) as e:
+        raise LiveError(f"interface {name!r}: {e}") from None
+    if arptype != 1 or len(mac) != 6:
+        raise LiveError(f"interface {name!r} is not an Ethernet device (ARPHRD {arptype})")
+    return {"ifindex": ifindex, "mac": mac, "mtu": mtu}
+
+
+def _prelude(names, sysinfo) -> str:
+    return "".join(f"ip link set dev {n} address {':'.join(f'{b:02x}' for b in sysinfo[n]['mac'])}"
+                   f" mtu {sysinfo[n]['mtu']}\n" for n in names)
+
+
+class Live:
+    """fastpath routing between live Ethernet interfaces (AF_PACKET)."""
+
+    def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
+                 block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref"):
+        self.config = config if isinstance(config, str) else "".join(config)
+        self.names = list(interfaces) if interfaces else None
+        self.batch_size = batch_size
+        self.qdisc_bypass = qdisc_bypass
+        self.block_size, self.block_nr = block_size, block_nr
+        self.neigh_params = neigh_params
+        self.mode = mode
+        self.router = None
+        self.sockets = []
+        self.guard = None
+        self.neigh = None
+        self.opened = False
+        self.wire = {"neigh_failed": 0, "neigh_queuefull": 0, "no_tx_device": 0, "tx_error": 0}
+        self.verdicts = dict.fromkeys(VERDICTS[1:], 0)
+        self.iterations = 0
+        self.neigh_configures = 0
+        self.reloads = 0
+        self.echo_replies = 0
+        self._counters_before = {}      # the datapath counters of Routers replaced by reload
+        self.neigh_configure_s = 0.0
+
+    # ------------------------------------------------------------------
+    def open(self) -> "Live":
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _open(self):
+        from .. import _afpacket
+        if self.names is None:
+            try:
+                st = Router().configure(self.config).state
+            except ConfigError as e:
+                raise LiveError(f"configuration: {e}") from None
+            self.names = [n for n, i in st.interfaces.items() if i.kind != "loopback"]
+        if not self.names:
+            raise LiveError("no interface to attach to (give --iface DEV)")
+        if len(set(self.names)) != len(self.names):
+            raise LiveError("an interface is named twice")
+        sysinfo = {n: system_interface(n) for n in self.names}
+        r = Router(mode=self.mode)
+        # the system's MAC and MTU first, then the configuration (its own
+        # settings win; its line numbers stay its own)
+        try:
+            r.configure(_prelude(self.names, sysinfo))
+        except ConfigError as e:
+            raise LiveError(f"interfaces: {e}") from None
+        try:
+            r.configure(self.config)
+        except ConfigError as e:
+            raise LiveError(f"configuration: {e}") from None
+        self.router = r
+        st = r.state
+        self.sysinfo = sysinfo
+        links = []
+        for n in self.names:
+            itf = st.interfaces[n]
+            links.append(Link(n, itf.ifindex, itf.mac,
+                              [a for a in itf.addrs if a.version == 4],
+                              [a for a in itf.addrs if a.version == 6]))
+        self.links = {l.ifindex: l for l in links}
+        frame = 2048
+        for n in self.names:
+            try:
+                s = _afpacket.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
+                                     block_size=self.block_size, block_nr=self.block_nr,
+                                     frame_size=frame, qdisc_bypass=self.qdisc_bypass)
+            except OSError as e:
+                raise LiveError(str(e.strerror if e.strerror else e)) from None
+            self.sockets.append(s)
+        self.by_oif = np.full(max(self.links) + 1, -1, np.int32)
+        for k, s in enumerate(self.sockets):
+            self.by_oif[s.iif] = k
+        self._sock_of = {s.iif: s for s in self.sockets}
+        self._errors = [0] * len(self.sockets)
+        self._suspect = set()
+        try:
+            nft.sweep_stale()
+            self.guard = nft.Guard(self.names).install()
+        except nft.NftError as e:
+            raise LiveError(str(e)) from None
+        static = {}
+        for (dev, addr), mac in st.neighbours.items():
+            if dev in st.interfaces:
+                static[(st.interfaces[dev].ifindex, addr.version, addr.packed)] = mac
+        local4 = [a.ip.packed for i in st.interfaces.values() for a in i.addrs if a.version == 4]
+        self.neigh = Neighbours(links, self._send_one, time.monotonic, static=static,
+                                params=self.neigh_params, local4=local4,
+                                forwarding=bool(st.sysctl("net.ipv6.conf.all.forwarding")))
+        # rows for the largest frame: the MTU (system's or configuration's)
+        # plus Ethernet and one 802.1Q tag, behind the headroom
+        from ..batch import _slot_size
+        n = self.batch_size
+        slot = _slot_size(max(max(sysinfo[x]["mtu"], st.interfaces[x].mtu) for x in self.names)
+                          + 18, 128)
+        self.batch = Batch(np.zeros((n, slot), np.uint8), np.zeros(n, np.int32),
+                           np.zeros(n, np.int32), linktype="ethernet")
+        self._locals(st)
+        self.opened = True
+
+    def configure(self, text) -> "Live":
+        """Apply lines to the running Router as a delta (Router.configure:
+        all or nothing, ConfigError); the neighbour subsystem sees the new
+        addresses.  Attaching new interfaces needs a new Live."""
+        self.router.configure(text)
+        st = self.router.state
+        for l in self.links.values():
+            itf = st.interfaces[l.name]
+            l.mac = itf.mac
+            l.addrs4 = [a for a in itf.addrs if a.version == 4]
+            l.addrs6 = [a for a in itf.addrs if a.version == 6]
+        self.neigh.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                             if a.version == 4 and a.ip.packed[0] != 127}
+        self._locals(st)
+        return self
+
+    def reload(self, config) -> None:
+        """A new configuration (SIGHUP): compiled on a new Router beside the
+        running one (the attached interfaces keep their ifindexes: they are
+        created first, in the same order), the learned neighbours carried
+        over, then swapped in.  On an error (LiveError) the running one
+        stays."""
+        text = config if isinstance(config, str) else "".join(config)
+        r = Router(mode=self.mode)
+        try:
+            r.configure(_prelude(self.names, self.sysinfo))
+            r.configure(text)
+        except ConfigError as e:
+            raise LiveError(f"configuration: {e}") from None
+        st = r.state
+        if any(st.interfaces[n].ifindex != i for n, i in
+               ((l.name, l.ifindex) for l in self.links.values())):
+            raise LiveError("reload: the attached interfaces' ifindexes would change")
+        static = {(st.interfaces[d].ifindex, a.version, a.packed): m
+                  for (d, a), m in st.neighbours.items() if d in st.interfaces}
+        lines = []
+        nb = self.neigh
+        for key, e in list(nb.entries.items()):
+            if key in static:
+                del nb.entries[key]
+                nb.stale.discard(key)
+                nb.timed.discard(key)
+            elif e.state in ("reachable", "stale", "delay", "probe") and e.mac is not None:
+                a = ipaddress.ip_address(e.addr)
+                lines.append(f"ip -{e.family} neigh replace {a} lladdr "
+                             f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[e.ifindex].name}")
+        if lines:
+            r.configure("\n".join(lines) + "\n")
+        for l in self.links.values():
+            itf = st.interfaces[l.name]
+            l.mac = itf.mac
+            l.addrs4 = [a for a in itf.addrs if a.version == 4]
+            l.addrs6 = [a for a in itf.addrs if a.version == 6]
+        nb.static = static
+        nb.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                     if a.version == 4 and a.ip.packed[0] != 127}
+        nb.forwarding = bool(st.sysctl("net.ipv6.conf.all.forwarding"))
+        self._locals(st)
+        old = self.router
+        self.router = r
+        self.config = text
+        self.reloads += 1
+        self._counters_before = _add_reasons(self._counters_before, old.counters()["reasons"])
+
+    def close(self):
+        """Close the sockets and remove the nftables table (idempotent)."""
+        for s in self.sockets:
+            s.close()
+        if self.guard is not None:
+            self.guard.remove()
+        self.opened = False
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ------------------------------------------------------------------
+    def _send_one(self, ifindex, frame):
+        s = self._sock_of.get(ifindex)
+        if s is None:
+            self.wire["no_tx_device"] += 1
+            return
+        if not s.send(frame):
+            self.wire["tx_error"] += 1
+
+    def run(self, stop=lambda: False, poll_ms=50):
+        while not stop():
+            self.step(poll_ms)
+
+    def step(self, poll_ms=50):
+        """One iteration: wait up to poll_ms (less when a neighbour timer is
+        due), receive, process, transmit, run the neighbour timers."""
+        from .. import _afpacket
+        nb = self.neigh
+        t = nb.next_timer()
+        wait = poll_ms
+        if t is not None:
+            wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
+        if not any(s.ready() for s in self.sockets):
+            _afpacket.poll(self.sockets, wait)
+            # a socket whose device went down reports ENETDOWN once: watch
+            # that device until it is up again, and stop if it went away
+            for k, s in enumerate(self.sockets):
+                if s.errors != self._errors[k]:
+                    self._errors[k] = s.errors
+                    self._suspect.add(s.name)
+            for name in list(self._suspect):
+                try:
+                    with open(f"/sys/class/net/{name}/operstate") as f:
+                        if f.read().strip() == "up":
+                            self._suspect.discard(name)
+                except OSError:
+                    raise LiveError(f"interface {name!r} went away") from None
+        b = self.batch
+        n = 0
+        for s in self.sockets:
+            n += s.rx(b, n)
+        if n:
+            self._batch(b[:n] if n < len(b) else b)
+        if nb.next_timer() is not None:
+            nb.tick()
+        self._push_neighbours()
+        self.iterations += 1
+        return n
+
+    def _batch(self, b):
+        n = len(b)
+        d, st = b.data, b.start
+        rows = np.arange(n)
+        et = (d[rows, st + 12].astype(np.uint16) << 8) | d[rows, st + 13]
+        ctrl = et == 0x0806
+        v6 = et == 0x86DD
+        if v6.any():
+            typ = d[rows, st + 54]
+            ctrl |= v6 & (d[rows, st + 20] == 58) & ((typ == 135) | (typ == 136))
+        if ctrl.any():
+            for i in np.flatnonzero(ctrl):
+                self.neigh.input(int(b.iif[i]), b.packet(int(i)))
+            keep = np.flatnonzero(~ctrl)
+            m = len(keep)
+            if m == 0:
+                return
+            for f in ("start", "length", "l2len", "iif", "timestamp_ns"):
+                a = getattr(b, f)
+                a[:m] = a[keep]
+            d[:m] = d[keep]
+            b = b[:m]
+        self.router.process(b)
+        self._transmit(b)
+
+    def _transmit(self, b):
+        v = b.verdict
+        cnt = np.bincount(v, minlength=len(VERDICTS))
+        for k in range(1, len(VERDICTS)):
+            if cnt[k]:
+                self.verdicts[VERDICTS[k]] += int(cnt[k])
+        if cnt[V_LOCAL]:
+            self._echo(b)
+        if not (cnt[V_FWD] or cnt[V_ICMP]):
+            return
+        out = np.flatnonzero((v == V_FWD) | (v == V_ICMP)).astype(np.int32)
+        st = b.start[out]
+        d = b.data
+        mac = d[out[:, None], st[:, None] + np.arange(6)]
+        unres = ~mac.any(axis=1)
+        oifs = b.oif[out]
+        if unres.any():
+            for j in np.flatnonzero(unres):
+                i = int(out[j])
+                self._unresolved(b, i)
+            out, oifs = out[~unres], oifs[~unres]
+        if self.neigh.stale_keys():
+            self._note_stale_use(b, out, oifs)
+        if not len(out):
+            return
+        first = oifs[0]
+        if (oifs == first).all():
+            groups = [(int(first), out)]
+        else:
+            groups = [(int(o), out[oifs == o]) for o in np.unique(oifs)]
+        for oif, idx in groups:
+            s = self._sock_of.get(oif)
+            if s is None:
+                self.wire["no_tx_device"] += len(idx)
+                continue
+            sent = s.tx(b, idx)
+            if sent < len(idx):
+                self.wire["tx_error"] += len(idx) - sent
+        if b.fragments:
+            for i, frags in b.fragments.items():
+                s = self._sock_of.get(int(b.oif[i]))
+                if s is not None and any(b.data[i, b.start[i]:b.start[i] + 6]):
+                    for fr in frags[1:]:
+                        s.send(fr)
+
+    def _echo(self, b):
+        """Echo requests to the router's addresses (wire.echo)."""
+        loc = np.flatnonzero(b.verdict == V_LOCAL)
+        d = b.data
+        l3 = b.start[loc] + b.l2len[loc]
+        v4 = (d[loc, l3] == 0x45) & (d[loc, l3 + 9] == 1) & (d[loc, l3 + 20] == 8)
+        v6 = ((d[loc, l3] >> 4) == 6) & (d[loc, l3 + 6] == 58) & (d[loc, l3 + 40] == 128)
+        for i in loc[v4 | v6]:
+            i = int(i)
+            link = self.links.get(int(b.iif[i]))
+            if link is None:
+                continue
+            r = echo.reply(b.packet(i), int(b.l2len[i]), link.mac, self._local4, self._local6,
+                           self._ttl, self._hop_limit)
+            if r is not None:
+                self._send_one(link.ifindex, r)
+                self.echo_replies += 1
+
+    def _locals(self, st):
+        self._local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                        if a.version == 4}
+        self._local6 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
+                        if a.version == 6}
+        self._ttl = st.sysctl("net.ipv4.ip_default_ttl")
+        self._hop_limit = st.sysctl("net.ipv6.conf.all.hop_limit")
+
+    def _family(self, b, i):
+        s, l2 = int(b.start[i]), int(b.l2len[i])
+        et = int(b.data[i, s + l2 - 2]) << 8 | int(b.data[i, s + l2 - 1])
+        return 4 if et == 0x0800 else 6
+
+    def _unresolved(self, b, i):
+        fam = self._family(b, i)
+        nh = b.nexthop[i].tobytes()
+        addr = nh[:4] if fam == 4 else nh
+        frames = list(b.fragments.get(i, ())) or [b.packet(i)]
+        oif = int(b.oif[i])
+        if oif not in self._sock_of:
+            self.wire["no_tx_device"] += len(frames)
+            return
+        self.neigh.resolve(oif, fam, addr, frames)
+
+    def _note_stale_use(self, b, out, oifs):
+        for (ifindex, fam, addr) in self.neigh.stale_keys():
+            sel = oifs == ifindex
+            if not sel.any():
+                continue
+            nh = b.nexthop[out[sel]]
+            key = np.frombuffer(addr + bytes(16 - len(addr)), np.uint8)
+            hit = (nh == key).all(axis=1)
+            if hit.any():
+                self.neigh.used(ifindex, fam, addr)
+
+    def _push_neighbours(self):
+        ch = self.neigh.take_changes()
+        if not ch:
+            return
+        st = self.router.state
+        lines = []
+        for ifindex, fam, addr, line in ch:
+            dev = self.links[ifindex].name
+            key = (dev, ipaddress.ip_address(addr))
+            if " del " in line and key not in st.neighbours:
+                continue
+            lines.append(line)
+        if not lines:
+            return
+        t0 = time.perf_counter()
+        self.router.configure("\n".join(lines) + "\n")
+        self.neigh_configure_s += time.perf_counter() - t0
+        self.neigh_configures += 1
+
+    # ------------------------------------------------------------------
+    def counters(self) -> dict:
+        nb = self.neigh
+        wire = dict(self.wire)
+        if nb is not None:
+            wire["neigh_failed"] += nb.counters["neigh_failed"]
+            wire["neigh_queuefull"] += nb.counters["neigh_queuefull"]
+        reasons = _add_reasons(self._counters_before,
+                               self.router.counters()["reasons"] if self.router else {})
+        return {"interfaces": {s.name: s.counters() for s in self.sockets},
+                "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
+                "neighbour": dict(nb.counters) if nb else {},
+                "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
+                "neigh_configures": self.neigh_configures, "reloads": self.reloads,
+                "echo_replies": self.echo_replies,
+                "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
+
+    def neighbours(self) -> list:
+        """``ip neigh show`` lines: the configuration's (PERMANENT) and the
+        learned entries with their state."""
+        st = self.router.state
+        out = [f"{a} dev {d} lladdr {':'.join(f'{x:02x}' for x in m)} PERMANENT"
+               for (d, a), m in st.neighbours.items()
+               if (st.interfaces[d].ifindex, a.version, a.packed) in self.neigh.static]
+        return out + self.neigh.dump()
+
+
+def _add_reasons(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
