@@ -2271,7 +2271,9 @@ class State:
             if self._is_local_addr(gw) or gw.is_loopback:
                 raise _err(f"gateway {gw}: Error: Gateway can not be a local address.", str(gw))
         else:
-            local = self.routes.get((4, RT_TABLE_LOCAL, ipaddress.ip_network(gw), 0))
+            # (the /32 from the integer: ip_network(address) prints and
+            # parses the address again)
+            local = self.routes.get((4, RT_TABLE_LOCAL, ipaddress.IPv4Network((int(gw), 32)), 0))
             bad = (int(gw) == 0 or gw.is_multicast or int(gw) == 0xFFFFFFFF or gw.is_loopback
                    or self._is_local_addr(gw)
                    or (local is not None and local.type in ("local", "broadcast")))
