@@ -599,6 +599,15 @@ class Dataplane:
                 raise DataplaneError(f"worker {w} failed to start: {msg[1]}")
 
     # -- configuration ------------------------------------------------------
+    def follow_kernel(self, netns=None, **kw):
+        """Follow a network namespace (None: this process's): imported now
+        (replacing this configuration), then every rtnetlink change applied
+        from a background thread; returns the started
+        ``fastpath.kernel.follow.KernelFollower``.  Hold its ``lock`` around
+        your own ``configure``/``process`` calls while it runs."""
+        from .kernel.follow import KernelFollower
+        return KernelFollower(self, netns, **kw)
+
     def configure(self, text: str) -> "Dataplane":
         """Apply iproute2/sysctl lines (all or nothing, as Router.configure),
         publish the new tables, and reclaim what they no longer use after a

@@ -11,6 +11,8 @@ completely before it replaces the running one.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import _datapath
@@ -34,6 +36,9 @@ class Router:
         self.mode = mode
         self.use_stats = use_stats
         self.state = State()
+        # configure, process and a follower's resync never interleave (a
+        # KernelFollower configures from its own thread)
+        self._lock = threading.RLock()
         self._dp = _datapath.Datapath()
         self._dp.set_mode(mode, use_stats)
         self._tables = compile_tables(self.state)
@@ -77,6 +82,10 @@ class Router:
         planned too (RouteTable's device and gateway indexes).  The tables
         are recompiled whole (tables.compile_tables, the reference) only when
         an interface went away or changed its ifindex."""
+        with self._lock:
+            return self._configure(text)
+
+    def _configure(self, text) -> "Router":
         st = self.state
         env = _env(st)
         saved = st.begin()
@@ -116,6 +125,27 @@ class Router:
         self._reclaim()
         return self
 
+    def _replace_state(self, state: State) -> "Router":
+        """The whole configuration replaced by ``state`` (compiled afresh:
+        a KernelFollower's resync); the seg6local counters start again."""
+        from .config import RouteTable
+        with self._lock:
+            if not isinstance(state.routes, RouteTable):
+                state.routes = RouteTable(dict(state.routes))
+            self.state = state
+            self._tables = compile_tables(state)
+            self._load()
+        return self
+
+    def follow_kernel(self, netns=None, **kw):
+        """Follow a network namespace (None: this process's): its state
+        imported now (replacing this Router's configuration), then every
+        rtnetlink change applied as it happens, from a background thread.
+        Returns the started ``fastpath.kernel.follow.KernelFollower``
+        (``stop()``, a context manager, ``stats``, ``sync()``)."""
+        from .kernel.follow import KernelFollower
+        return KernelFollower(self, netns, **kw)
+
     def _reclaim(self):
         """One process, no packet in flight between calls: what the new
         configuration retired is free at once (the Dataplane waits for a
@@ -141,12 +171,14 @@ class Router:
     # datapath
     def process(self, batch: Batch) -> Batch:
         """Run every packet of ``batch`` through the datapath, in place."""
-        prepare_batch(batch, self._tables)
-        nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
-                                 batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
-                                 LINKTYPES[batch.linktype], batch.timestamp_ns)
-        if nfrag:
-            fragment_batch(batch, self._tables, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
+        with self._lock:
+            prepare_batch(batch, self._tables)
+            nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
+                                     batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
+                                     LINKTYPES[batch.linktype], batch.timestamp_ns)
+            if nfrag:
+                fragment_batch(batch, self._tables,
+                               np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch
 
     def trace(self, packet: bytes, iif: str, linktype: str = "raw"):
