@@ -222,7 +222,7 @@ class KernelFollower:
         if self._thread is not None:
             raise FollowError("follower already started")
         try:
-            import pyroute2  # noqa: F401
+            import pyroute2.netlink.rtnl.ifinfmsg  # noqa: F401
         except ImportError:
             raise FollowError("pyroute2 is not installed (pip install pyroute2)") from None
         if self.hmac_file is not None:
@@ -467,9 +467,6 @@ class KernelFollower:
             self.stats.resyncs += 1
             self._event(f"resync ({reason}): re-imported {self.netns or 'this namespace'}, "
                         f"{len(state.routes)} routes", logging.WARNING)
-            if self.on_apply is not None:
-                self._call_apply([f"# resync ({reason}): the configuration replaced by a fresh "
-                                  "import"])
 
     def _replace(self, state):
         """The target's configuration becomes ``state`` (a fresh import's)."""
