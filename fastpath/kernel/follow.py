@@ -559,15 +559,21 @@ class KernelFollower:
         st = self._state()
         itf = st.interfaces.get(name)
         if itf is None:
-            if L["kind"] == "veth" and L["link"] not in self._links:
-                self._veth_wait[idx] = msg          # its peer's RTM_NEWLINK is next
+            if L["kind"] == "veth":
+                # the first end is announced before its peer exists: the pair
+                # is created when the second end's RTM_NEWLINK names the first
+                peer = self._links.get(L["link"]) if L["link"] else None
+                if peer is None or peer is msg or L["netnsid"] is not None:
+                    self._veth_wait[idx] = msg
+                    return
+                P = nl._link_info(peer)
+                lo_, hi_ = sorted([L, P], key=lambda x: x["index"])
+                self._veth_wait.pop(idx, None)
+                self._veth_wait.pop(P["index"], None)
+                self._configure([f"ip link add {C._q(hi_['name'])} type veth peer name "
+                                 f"{C._q(lo_['name'])}", _settings_line(lo_), _settings_line(hi_)])
                 return
-            lines = []
-            for i in sorted([idx] + [p for p in self._veth_wait if p == L["link"]]):
-                m = self._links[i] if i != idx else msg
-                lines += nl.link_lines(m, self._links)
-                self._veth_wait.pop(i, None)
-            self._configure(lines)
+            self._configure(nl.link_lines(msg, self._links))
             return
         lines = nl.link_lines(msg, self._links)
         setting = lines[-1]
@@ -581,15 +587,16 @@ class KernelFollower:
         if going_down:
             self._configure(self._flush_v4_down(name))
 
-    def _flush_v4_down(self, dev) -> list:
+    def _flush_v4_down(self, dev, force: bool = False) -> list:
         """fib_sync_down_dev + fib_flush: the IPv4 routes whose nexthops are
-        all on ``dev`` (and whose scope is not host) go, without a
-        notification."""
+        all on ``dev`` go, without a notification: when it goes down those
+        whose scope is not host, when its last IPv4 address goes
+        (fib_disable_ip with force) all of them."""
         st = self._state()
         out = []
         for k in sorted(st.routes.device_keys(dev), key=lambda k: (k[1], str(k[2]), k[3])):
             r = st.routes.get(k)
-            if r is None or r.family != 4 or r.proto == "kernel" or r.scope == "host":
+            if r is None or r.family != 4 or r.proto == "kernel" or (r.scope == "host" and not force):
                 continue
             if r.nexthops and all(nh.dev == dev for nh in r.nexthops):
                 out.append(C._route_del_line(r))
@@ -617,6 +624,9 @@ class KernelFollower:
                 self.stats.skipped += 1
                 return
             self._configure([f"ip -{fam} addr del {ia} dev {C._q(dev)}"])
+            itf = self._state().interfaces.get(dev)
+            if fam == 4 and itf is not None and not any(x.version == 4 for x in itf.addrs):
+                self._configure(self._flush_v4_down(dev, force=True))
             return
         line = nl.addr_line(msg, self._ifnames)
         if have:
@@ -625,6 +635,17 @@ class KernelFollower:
         if itf is not None and fam == 6 and any(x.version == 6 and x.ip == ia.ip for x in itf.addrs):
             raise _Resync(f"address {ia.ip} dev {dev} changed its prefix length")
         self._configure([line])
+
+
+def _settings_line(L) -> str:
+    """``ip link set dev X mtu N [address M] up|down`` (as link_lines ends)."""
+    settings = [f"mtu {L['mtu']}"]
+    if L["mac"] and L["name"] != "lo":
+        mac = C._parse_mac(L["mac"])
+        if any(mac) and not mac[0] & 1:
+            settings.append(f"address {C._mac_str(mac)}")
+    settings.append("up" if L["up"] else "down")
+    return f"ip link set dev {C._q(L['name'])} {' '.join(settings)}"
 
 
 def _derived(st, k):
