@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import queue
 import signal
 import struct
 import subprocess
@@ -313,26 +314,39 @@ def test_cli_import_follow_exits_0_on_sigterm():
         p = subprocess.Popen([sys.executable, "-m", "fastpath.kernel", "import", "--follow",
                               "--netns", k.netns], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        lines = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(ln) for ln in iter(p.stdout.readline, "")],
+                                  daemon=True)
+        reader.start()
+
+        def readline():
+            try:
+                return lines.get(timeout=30)
+            except queue.Empty:
+                return "(nothing within 30 s)"
         try:
             head = []
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                ln = p.stdout.readline()
-                assert ln, p.stderr.read()
+            while True:
+                ln = readline()
+                assert ln.endswith("\n"), ln
                 head.append(ln)
                 if ln.startswith("# following "):
                     break
             assert "ip -6 addr add 2001:db8:1::1/64 dev tun0\n" in head
             k.configure("ip -6 route add 2001:db8:9::/48 via 2001:db8:1::2 dev tun0")
-            assert p.stdout.readline() == "ip -6 route replace 2001:db8:9::/48 via 2001:db8:1::2 dev tun0\n"
+            assert readline() == "ip -6 route replace 2001:db8:9::/48 via 2001:db8:1::2 dev tun0\n"
             k.configure("ip -6 route del 2001:db8:9::/48")
-            assert p.stdout.readline().startswith("ip -6 route del 2001:db8:9::/48")
+            assert readline().startswith("ip -6 route del 2001:db8:9::/48")
             p.send_signal(signal.SIGTERM)
-            out, err = p.communicate(timeout=30)
+            p.wait(timeout=30)
+            reader.join(10)
+            err = p.stderr.read()
         finally:
             if p.poll() is None:
                 p.kill()
-                p.communicate()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
     assert p.returncode == 0, err
     assert err == "" and "Traceback" not in err
 
