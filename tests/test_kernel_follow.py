@@ -355,3 +355,64 @@ def test_no_namespace_left_behind():
     mine = [n for n in os.listdir(ko.NETNS_RUN_DIR) if n.startswith(f"fp-{os.getpid()}-")] \
         if os.path.isdir(ko.NETNS_RUN_DIR) else []
     assert mine == []
+
+
+def test_replay_follow_applies_changes_while_it_runs(tmp_path):
+    """``python -m fastpath.replay - --follow NS``: configured from the
+    namespace, and a route added while the capture streams in is used by
+    the packets read after it."""
+    import json
+
+    import fastpath.pcap as fpcap
+    cap = tmp_path / "in.pcapng"
+    with fpcap.PcapngWriter(str(cap)) as w:
+        w.write_packets([ip6("2001:db8:1::2", "2001:db8:9::5")] * 40000, interface="tun0",
+                        linktype="raw")
+    data = cap.read_bytes()
+    half = len(data) // 2
+    with ko.KernelOracle(ifaces=("tun0", "tun1")) as k:
+        k.configure("ip -6 addr add 2001:db8:1::1/64 dev tun0\nip -6 addr add 2001:db8:2::1/64 dev tun1")
+        ns = k.netns
+        p = subprocess.Popen([sys.executable, "-m", "fastpath.replay", "-", "--follow", ns,
+                              "--summary", "json", "--batch", "64"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+        try:
+            p.stdin.write(data[:half])
+            p.stdin.flush()
+            time.sleep(2)                       # the first half read and replayed (no route: ICMP)
+            k.configure("ip -6 route add 2001:db8:9::/48 via 2001:db8:2::2 dev tun1")
+            time.sleep(1)
+            p.stdin.write(data[half:])
+            p.stdin.close()
+            p.wait(timeout=120)
+            out, err = p.stdout.read(), p.stderr.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+    assert p.returncode == 0, err
+    d = json.loads(out)
+    assert d["packets"] == 40000
+    assert d["verdicts"].get("icmp", 0) > 0 and d["verdicts"].get("forward", 0) > 0, d["verdicts"]
+    assert d["egress"].get("tun1") == d["verdicts"]["forward"]
+    assert d["follow"]["netns"] == ns and d["follow"]["lines"] >= 1
+    assert d["follow"]["resyncs"] == 0 and not d["follow"]["diverged"]
+
+
+def test_replay_follow_usage_errors(tmp_path):
+    cap = tmp_path / "x.pcapng"
+    cap.write_bytes(b"")
+    for args in (["--config", "/dev/null", "--follow", "x"], [],
+                 ["--follow", "x", "--workers", "2"]):
+        p = subprocess.run([sys.executable, "-m", "fastpath.replay", str(cap), *args],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+        assert p.returncode == 2, (args, p)
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "fastpath.replay", str(cap), "--follow",
+                        f"fp-missing-{os.getpid()}"], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 1 and "does not exist" in p.stderr, p
