@@ -12,6 +12,10 @@
         each packet through a throwaway kernel namespace configured from FILE
         and through fastpath; prints every difference and 'agree A/N'; exit 0
         when all agree, 1 when some differ, 2 when it cannot run
+
+    python -m fastpath.kernel bench-follow [--routes N] [--samples S] [--json PATH]
+        follow's lag (ip route add -> fastpath forwarding by it) and sustained
+        rate (an N-route ip -batch followed), as JSON
 """
 from __future__ import annotations
 
@@ -177,6 +181,23 @@ def cmd_verify(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_bench_follow(args) -> int:
+    from .bench_follow import main as bench_main
+    from .oracle import KernelOracleError, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        return _fail(f"bench-follow needs root and network namespaces: {reason}")
+    if args.routes < 1 or args.samples < 1:
+        return _fail("--routes and --samples must be at least 1")
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminate)      # the namespace goes on SIGTERM too
+    try:
+        return bench_main(args)
+    except (KernelOracleError, RuntimeError) as e:
+        return _fail(e, 1)
+
+
 def main(argv=None) -> int:
     ap = _Parser(prog=PROG, description="The Linux kernel as control plane (import) and as "
                  "judge (verify).")
@@ -200,6 +221,12 @@ def main(argv=None) -> int:
                    help="how long to wait for more output after each packet (default 0.01)")
     p.add_argument("packets", nargs="*", metavar="HEX", help="raw IPv4/IPv6 packets in hex")
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("bench-follow", help="follow's lag and sustained rate (JSON)")
+    p.add_argument("--routes", type=int, default=100_000, metavar="N",
+                   help="routes of the ip -batch followed (default 100000)")
+    p.add_argument("--samples", type=int, default=30, metavar="S", help="lag samples (default 30)")
+    p.add_argument("--json", metavar="PATH", help="also write the JSON here")
+    p.set_defaults(func=cmd_bench_follow)
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
