@@ -266,8 +266,6 @@ def _open_writers(args):
 
 
 def _run(args) -> int:
-    import fastpath
-    from . import pcap
     if args.batch < 1:
         raise _Fail("--batch must be >= 1", 2)
     if args.workers < 1:

@@ -32,7 +32,6 @@ import fastpath  # noqa: E402
 from fastpath import Router  # noqa: E402
 from fastpath.kernel import compare as kc  # noqa: E402
 from fastpath.kernel import netlink as nl  # noqa: E402
-from fastpath.kernel.follow import KernelFollower  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 
