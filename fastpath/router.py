@@ -186,7 +186,8 @@ class Router:
         forwarding, verdict): a ``fastpath.trace.Trace`` (print it).  The
         router's counters count the packet like any other."""
         from .trace import trace_packet
-        return trace_packet(self, bytes(packet), iif, linktype)
+        with self._lock:
+            return trace_packet(self, bytes(packet), iif, linktype)
 
     def counters(self) -> dict:
         """Per-reason packet counts since the last reset, and the per-route
