@@ -283,6 +283,30 @@ def test_unsupported_object_is_reported_and_following_goes_on():
             assert not f.diverged
 
 
+def test_unsupported_device_and_what_goes_through_it():
+    """A bridge (not modelled): the link, its address and a route through
+    it are reported by name, none of them reaches fastpath, and once the
+    bridge is deleted the follower is no longer diverged."""
+    with ko.KernelOracle(ifaces=("tun0",)) as k:
+        r = Router()
+        with r.follow_kernel(k.netns) as f:
+            try:
+                k.configure("ip link add br0 type bridge")
+            except ko.KernelConfigError as e:
+                pytest.skip(f"kernel refused: {e.stderr.strip()}")
+            k.configure("ip link set dev br0 up\nip addr add 10.7.0.1/24 dev br0\n"
+                        "ip route add 10.8.0.0/16 via 10.7.0.2 dev br0")
+            assert f.sync()
+            assert "br0" not in r.state.interfaces
+            assert "link br0" in f.unsupported
+            assert any(o.startswith("address 10.7.0.1/24 dev ifindex") for o in f.unsupported)
+            assert any("route 10.8.0.0/16 table main" in o for o in f.unsupported), f.unsupported
+            assert any("not supported: link br0: link type bridge" in e for e in f.events)
+            k.configure("ip link del br0")
+            _same_as_import(f, r, k.netns, "once the bridge is gone")
+            assert not f.diverged, f.unsupported
+
+
 def _fds():
     out = {}
     for fd in os.listdir("/proc/self/fd"):

@@ -540,6 +540,9 @@ class KernelFollower:
                     else:
                         self.stats.skipped += 1
                     continue
+                if self.unsupported.get(e.obj) == str(e):
+                    self.stats.skipped += 1          # the same again (a link's state change)
+                    continue
                 self.stats.unsupported += 1
                 self.unsupported[e.obj] = str(e)
                 self._event(f"{e} (left out; the follower is diverged)", logging.WARNING)
@@ -553,17 +556,24 @@ class KernelFollower:
         if typ == RTM_DELLINK:
             self._veth_wait.pop(idx, None)
             if old is None and name not in self._state().interfaces:
+                self._links.pop(idx, None)
+                if self.unsupported:
+                    # what went through it went silently (IPv4 routes): only
+                    # a re-import tells which unsupported objects are left
+                    raise _Resync(f"link {name}, which fastpath does not model, deleted")
                 self.stats.skipped += 1
                 return
             raise _Resync(f"link {name} deleted (fastpath's configuration cannot delete a device)")
         if old is not None and old.get_attr("IFLA_IFNAME") != name:
             raise _Resync(f"link {old.get_attr('IFLA_IFNAME')} renamed to {name}")
-        self._links[idx] = msg
-        self._ifnames[idx] = name
         st = self._state()
         itf = st.interfaces.get(name)
         if itf is None:
+            # a device new to fastpath is named (for the routes, addresses
+            # through it) only once it is created: one fastpath does not
+            # model stays unknown, and what goes through it is reported too
             if L["kind"] == "veth":
+                self._links[idx] = msg
                 # the first end is announced before its peer exists: the pair
                 # is created when the second end's RTM_NEWLINK names the first
                 peer = self._links.get(L["link"]) if L["link"] else None
@@ -576,9 +586,16 @@ class KernelFollower:
                 self._veth_wait.pop(P["index"], None)
                 self._configure([f"ip link add {C._q(hi_['name'])} type veth peer name "
                                  f"{C._q(lo_['name'])}", _settings_line(lo_), _settings_line(hi_)])
+                self._ifnames[idx] = name
+                self._ifnames[P["index"]] = P["name"]
                 return
-            self._configure(nl.link_lines(msg, self._links))
+            lines = nl.link_lines(msg, {**self._links, idx: msg})
+            self._links[idx] = msg
+            self._ifnames[idx] = name
+            self._configure(lines)
             return
+        self._links[idx] = msg
+        self._ifnames[idx] = name
         lines = nl.link_lines(msg, self._links)
         setting = lines[-1]
         mac = C._parse_mac(L["mac"]) if L["mac"] and name != "lo" else None
@@ -612,11 +629,13 @@ class KernelFollower:
         st = self._state()
         a = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
         if fam is None or dev is None or a is None:
+            what = f"address {a}/{msg['prefixlen']} dev ifindex {msg['index']}"
             if typ == RTM_DELADDR:
-                self.stats.skipped += 1
+                if self.unsupported.pop(what, None) is None:
+                    self.stats.skipped += 1
                 return
             nl.addr_line(msg, self._ifnames)      # raises NotSupported naming it
-            return
+            raise nl.NotSupported(what, "not a device fastpath models")
         ia = ipaddress.ip_interface(f"{a}/{msg['prefixlen']}")
         itf = st.interfaces.get(dev)
         have = itf is not None and ia in itf.addrs
@@ -764,7 +783,12 @@ class _Burst:
         fam = {2: 4, 10: 6}.get(msg["family"])
         dev = f._ifnames.get(msg["ifindex"])
         dst = msg.get_attr("NDA_DST")
+        if dev is None and dst is not None and typ == RTM_NEWNEIGH and \
+                nl.neigh_line(msg, {msg["ifindex"]: "?"}, f._links) is not None:
+            raise nl.NotSupported(f"neighbour {dst} dev ifindex {msg['ifindex']}",
+                                  "not a device fastpath models")
         if fam is None or dev is None or dst is None:
+            f.unsupported.pop(f"neighbour {dst} dev ifindex {msg['ifindex']}", None)
             f.stats.skipped += 1
             return
         a = ipaddress.ip_address(dst)
