@@ -50,7 +50,10 @@ encap, an address with a lifetime, ...) is reported as import reports it
 ("not supported: route 10.62.0.0/16 table main: nexthop object") and left
 out; following goes on.  The follower is then *diverged*: ``diverged`` is
 true and ``unsupported`` names the objects, until their RTM_DEL* arrives
-(or a resync finds the kernel free of them).  A resync that cannot import
+(or a resync finds the kernel free of them).  A device fastpath does not
+model is not created (nothing through it is configured by mention): its
+addresses, neighbours and routes are reported likewise, and its deletion
+re-imports (the kernel drops its IPv4 routes without a message).  A resync that cannot import
 (the kernel holds something unsupported) keeps the last configuration,
 counts an error and stays diverged; it is retried at the next overrun.
 
