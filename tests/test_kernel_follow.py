@@ -278,7 +278,19 @@ def test_unsupported_object_is_reported_and_following_goes_on():
             k.configure("ip route add 10.9.0.0/16 via 10.0.0.2 dev tun0")
             assert f.sync()
             assert (4, 254, ipaddress.ip_network("10.9.0.0/16"), 0) in r.state.routes
+            # a resync cannot import such a namespace: the last configuration is
+            # kept, the failure reported, and the resync retried until it works
+            f.RETRY_S = 0.3
+            assert f.resync("test")
+            assert f.stats.errors == 1 and f.stats.resyncs == 0
+            assert any(e.startswith("resync (test) failed: not supported: route 10.62.0.0/16")
+                       for e in f.events), list(f.events)
+            assert (4, 254, ipaddress.ip_network("10.9.0.0/16"), 0) in r.state.routes
             k.configure("ip route del 10.62.0.0/16")
+            deadline = time.monotonic() + 10
+            while f.stats.resyncs == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert f.stats.resyncs == 1, list(f.events)
             _same_as_import(f, r, k.netns, "once the unsupported route is gone")
             assert not f.diverged
 

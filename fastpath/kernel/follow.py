@@ -55,7 +55,7 @@ model is not created (nothing through it is configured by mention): its
 addresses, neighbours and routes are reported likewise, and its deletion
 re-imports (the kernel drops its IPv4 routes without a message).  A resync that cannot import
 (the kernel holds something unsupported) keeps the last configuration,
-counts an error and stays diverged; it is retried at the next overrun.
+counts an error, stays diverged and is retried every 5 s until one succeeds.
 
 Not followed (the kernel sends no rtnetlink notification for them): sysctls,
 ``ip sr tunsrc`` and the HMAC keys.  They are read at the initial import and
@@ -209,6 +209,8 @@ class KernelFollower:
         self._sync_done = 0
         self._cv = threading.Condition()
         self._force_resync = None
+        self._retry_at = None                # a failed resync: when to try again
+        self._retry_reason = None
         self._veth_wait: dict = {}
         self.recv_hook = None                # tests: called before each recv (may raise OSError)
         if start:
@@ -362,17 +364,19 @@ class KernelFollower:
                     pass
             with self._cv:
                 want = self._sync_req
+            if self._retry_at is not None and time.monotonic() >= self._retry_at \
+                    and self._force_resync is None:
+                self._force_resync = self._retry_reason
             try:
                 if self._force_resync is not None:
                     reason, self._force_resync = self._force_resync, None
                     self._drop_queued()
                     self._resync(reason)
                 self._drain_and_apply()
-            except Exception as e:      # never die silently: report, resync next time
+            except Exception as e:      # never die silently: report, resync (retried)
                 self.stats.errors += 1
                 self._event(f"error: {type(e).__name__}: {e}", logging.ERROR)
-                self._force_resync = f"after an error ({type(e).__name__})"
-                time.sleep(0.05)
+                self._schedule_retry(f"after an error ({type(e).__name__})", soon=True)
                 continue
             with self._cv:
                 if want > self._sync_done:
@@ -443,6 +447,15 @@ class KernelFollower:
                 self.stats.max_lag = lag if self.stats.max_lag is None else max(lag, self.stats.max_lag)
 
     # -- resync ---------------------------------------------------------------
+    RETRY_S = 5.0
+
+    def _schedule_retry(self, reason, soon=False):
+        """A resync that could not be done (or an error): retried, the
+        first time soon, then every RETRY_S seconds until one succeeds."""
+        first = self._retry_at is None
+        self._retry_reason = reason
+        self._retry_at = time.monotonic() + (0.05 if soon and first else self.RETRY_S)
+
     def _resync(self, reason: str, initial: bool = False):
         try:
             snap = nl.read_snapshot(self.netns)
@@ -453,14 +466,18 @@ class KernelFollower:
             self.stats.errors += 1
             self.unsupported[e.obj] = str(e)
             self._event(f"resync ({reason}) failed: {e}; keeping the last configuration "
-                        "(diverged)", logging.ERROR)
+                        f"(diverged), retried every {self.RETRY_S:g} s", logging.ERROR)
+            self._schedule_retry(reason)
             return
         except nl.KernelImportError as e:
             if initial:
                 raise
             self.stats.errors += 1
-            self._event(f"resync ({reason}) failed: {e}", logging.ERROR)
+            self._event(f"resync ({reason}) failed: {e}; retried every {self.RETRY_S:g} s",
+                        logging.ERROR)
+            self._schedule_retry(reason)
             return
+        self._retry_at = None
         self._links = {m["index"]: m for m in snap.links}
         self._ifnames = {i: m.get_attr("IFLA_IFNAME") for i, m in self._links.items()}
         self._veth_wait = {}
