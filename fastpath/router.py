@@ -172,13 +172,15 @@ class Router:
     def process(self, batch: Batch) -> Batch:
         """Run every packet of ``batch`` through the datapath, in place."""
         with self._lock:
-            prepare_batch(batch, self._tables)
-            nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
-                                     batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
-                                     LINKTYPES[batch.linktype], batch.timestamp_ns)
-            if nfrag:
-                fragment_batch(batch, self._tables,
-                               np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
+            return self._process(batch)
+
+    def _process(self, batch: Batch) -> Batch:
+        prepare_batch(batch, self._tables)
+        nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
+                                 batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
+                                 LINKTYPES[batch.linktype], batch.timestamp_ns)
+        if nfrag:
+            fragment_batch(batch, self._tables, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch
 
     def trace(self, packet: bytes, iif: str, linktype: str = "raw"):
