@@ -319,6 +319,23 @@ def test_unsupported_device_and_what_goes_through_it():
             assert not f.diverged, f.unsupported
 
 
+@pytest.mark.parametrize("promote", [0, 1])
+def test_primary_address_with_secondaries(promote):
+    """Deleting an IPv4 primary with secondaries: with promote_secondaries
+    the kernel keeps the others (one promoted), without it they go; either
+    way the follower ends equal to a fresh import."""
+    with ko.KernelOracle(ifaces=("tun0",)) as k:
+        k.configure(f"sysctl -w net.ipv4.conf.tun0.promote_secondaries={promote}\n"
+                    "ip addr add 10.0.1.1/24 dev tun0\nip addr add 10.0.1.7/24 dev tun0\n"
+                    "ip addr add 10.0.1.8/24 dev tun0")
+        r = Router()
+        with r.follow_kernel(k.netns) as f:
+            k.configure("ip addr del 10.0.1.1/24 dev tun0")
+            _same_as_import(f, r, k.netns, f"promote_secondaries={promote}")
+            left = [str(a) for a in r.state.interfaces["tun0"].addrs if a.version == 4]
+            assert left == (["10.0.1.7/24", "10.0.1.8/24"] if promote else [])
+
+
 def _fds():
     out = {}
     for fd in os.listdir("/proc/self/fd"):

@@ -40,7 +40,8 @@ replaced by the remaining ones.
 A full resync (re-import, the target's configuration replaced by it, so
 the result is a fresh import's) happens on a netlink overrun (ENOBUFS: the
 kernel dropped messages), when a change cannot be expressed as a change of
-fastpath's configuration (a device deleted or renamed), and when a
+fastpath's configuration (a device deleted or renamed, an IPv4 primary
+address deleted with its secondaries: ``promote_secondaries`` decides), and when a
 configure refuses the translated lines (a sign the follower is out of step):
 counted in ``stats.resyncs`` and reported (``events``, ``on_event``, the
 ``fastpath.kernel.follow`` logger).  Never a silently stale table.
@@ -666,6 +667,13 @@ class KernelFollower:
             if not have:
                 self.stats.skipped += 1
                 return
+            if fam == 4:
+                same = [x for x in itf.addrs if x.version == 4 and x.network == ia.network]
+                if same[0] == ia and len(same) > 1:
+                    # a primary with secondaries: fastpath drops them with it
+                    # (promote_secondaries 0), the kernel may promote one
+                    raise _Resync(f"IPv4 primary address {ia} dev {dev} deleted with secondaries "
+                                  "(net.ipv4.conf.*.promote_secondaries decides what stays)")
             self._configure([f"ip -{fam} addr del {ia} dev {C._q(dev)}"])
             itf = self._state().interfaces.get(dev)
             if fam == 4 and itf is not None and not any(x.version == 4 for x in itf.addrs):
