@@ -319,6 +319,21 @@ def test_unsupported_device_and_what_goes_through_it():
             assert not f.diverged, f.unsupported
 
 
+def test_ipv4_alternative_routes_are_reported():
+    with ko.KernelOracle(ifaces=("tun0",)) as k:
+        k.configure("ip addr add 10.0.0.1/24 dev tun0\nip route add 10.64.0.0/16 via 10.0.0.2 dev tun0")
+        r = Router()
+        with r.follow_kernel(k.netns) as f:
+            k.configure("ip route append 10.64.0.0/16 via 10.0.0.3 dev tun0")
+            assert f.sync()
+            assert f.diverged
+            assert any("not supported: route 10.64.0.0/16 table main metric 0: a second route with "
+                       "the same table, prefix and metric" in e for e in f.events), list(f.events)
+            k.configure("ip route del 10.64.0.0/16 via 10.0.0.2 dev tun0")
+            _same_as_import(f, r, k.netns, "one alternative left")
+            assert not f.diverged and f.stats.resyncs == 1
+
+
 @pytest.mark.parametrize("promote", [0, 1])
 def test_primary_address_with_secondaries(promote):
     """Deleting an IPv4 primary with secondaries: with promote_secondaries

@@ -105,6 +105,7 @@ RTM_NEWROUTE, RTM_DELROUTE = 24, 25
 RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
 RTM_NEWRULE, RTM_DELRULE = 32, 33
 NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN = 2, 3, 4
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE, NLM_F_APPEND = 0x100, 0x200, 0x400, 0x800
 NETLINK_ROUTE = 0
 SOL_NETLINK = 270
 NETLINK_NO_ENOBUFS = 5
@@ -740,7 +741,15 @@ class _Burst:
             return
         k = r.key
         cur = self._route_now(st, k)
+        def alt():
+            return f"{nl._describe_route(r.family, r.prefix, r.table)} metric {r.metric}"
         if typ == RTM_NEWROUTE:
+            if (r.family == 4 and cur is not None and cur != r and "kernel" not in (r.proto, cur.proto)
+                    and flags & NLM_F_CREATE and not flags & (NLM_F_EXCL | NLM_F_REPLACE)):
+                # ip route prepend/append onto an existing route: the kernel
+                # now holds two (import refuses them too)
+                raise nl.NotSupported(alt(), "a second route with the same table, prefix and metric "
+                                      "(IPv4 alternative routes)")
             if cur == r or (r.proto == "kernel" and cur is not None and cur.proto == "kernel"
                             and r != _derived(st, k)):
                 # fastpath holds it (derived it), or the kernel's per-device
@@ -763,6 +772,8 @@ class _Burst:
             self.routes[k] = r
             return
         # RTM_DELROUTE
+        if f.unsupported and alt() in f.unsupported:
+            raise _Resync(f"one of the alternative routes {alt()} deleted")
         if cur is None:
             f.stats.skipped += 1
             return
