@@ -332,6 +332,21 @@ def test_ipv4_alternative_routes_are_reported():
             k.configure("ip route del 10.64.0.0/16 via 10.0.0.2 dev tun0")
             _same_as_import(f, r, k.netns, "one alternative left")
             assert not f.diverged and f.stats.resyncs == 1
+            # IPv6: an appended gateway is an ECMP sibling (supported), a
+            # device route appended to another is a second route
+            k.configure("ip -6 addr add 2001:db8::1/64 dev tun0\n"
+                        "ip -6 route add 2001:db8:9::/48 via 2001:db8::2 dev tun0\n"
+                        "ip -6 route append 2001:db8:9::/48 via 2001:db8::3 dev tun0")
+            _same_as_import(f, r, k.netns, "IPv6 ECMP append")
+            assert not f.diverged
+            k.configure("ip -6 route add 2001:db8:a::/48 dev tun0")
+            try:
+                k.configure("ip -6 route append 2001:db8:a::/48 dev lo")
+            except ko.KernelConfigError:
+                return
+            assert f.sync()
+            assert any("route 2001:db8:a::/48 table main metric 1024: a second route" in e
+                       for e in f.events), list(f.events)
 
 
 @pytest.mark.parametrize("promote", [0, 1])

@@ -744,12 +744,15 @@ class _Burst:
         def alt():
             return f"{nl._describe_route(r.family, r.prefix, r.table)} metric {r.metric}"
         if typ == RTM_NEWROUTE:
-            if (r.family == 4 and cur is not None and cur != r and "kernel" not in (r.proto, cur.proto)
-                    and flags & NLM_F_CREATE and not flags & (NLM_F_EXCL | NLM_F_REPLACE)):
-                # ip route prepend/append onto an existing route: the kernel
-                # now holds two (import refuses them too)
+            if (cur is not None and cur != r and "kernel" not in (r.proto, cur.proto)
+                    and flags & NLM_F_CREATE and not flags & (NLM_F_EXCL | NLM_F_REPLACE)
+                    and (r.family == 4 or not {(nh.gw, nh.dev) for nh in cur.nexthops}
+                         <= {(nh.gw, nh.dev) for nh in r.nexthops})):
+                # ip route prepend/append onto an existing route, not as an
+                # IPv6 ECMP sibling: the kernel now holds two (import refuses
+                # them too)
                 raise nl.NotSupported(alt(), "a second route with the same table, prefix and metric "
-                                      "(IPv4 alternative routes)")
+                                      "(IPv4 alternative routes, IPv6 non-ECMP duplicates)")
             if cur == r or (r.proto == "kernel" and cur is not None and cur.proto == "kernel"
                             and r != _derived(st, k)):
                 # fastpath holds it (derived it), or the kernel's per-device
