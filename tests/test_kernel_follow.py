@@ -216,15 +216,16 @@ def test_burst_is_applied_in_few_configures():
 
 
 def test_overrun_resyncs_to_a_fresh_import():
-    """A tiny receive buffer and a burst while the follower is held: the
-    kernel drops messages (ENOBUFS), the follower re-imports, counts it and
-    says so, and ends equal to a fresh import."""
+    """A tiny receive buffer, a tiny inbox and a burst while the follower
+    is held: the kernel drops messages (ENOBUFS), the follower re-imports,
+    counts it and says so, and ends equal to a fresh import."""
     with ko.KernelOracle(ifaces=("tun0",)) as k:
         k.configure("ip -6 addr add 2001:db8:1::1/64 dev tun0\nip -6 route add 2001:db8:77::/48 "
                     "via 2001:db8:1::2 dev tun0")
         r = Router()
         events = []
-        with r.follow_kernel(k.netns, rcvbuf=4096, on_event=events.append) as f:
+        # the reader stops reading once 8 messages wait in its inbox
+        with r.follow_kernel(k.netns, rcvbuf=4096, max_backlog=8, on_event=events.append) as f:
             assert f.sync()
             with r._lock:                      # the follower cannot apply: its socket fills up
                 batch = "".join(f"route add 2001:db8:{i:x}::/48 via 2001:db8:1::2 dev tun0\n"

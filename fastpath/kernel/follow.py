@@ -5,7 +5,7 @@
     ...                                   # ip -n r1 route add ... -> applied
     f.sync()                              # wait until what the kernel sent so far is applied
     f.stats                               # messages, configures, lines, resyncs, errors, lag
-    f.stop()                              # thread joined, sockets closed (also: with ...)
+    f.stop()                              # threads joined, socket closed (also: with ...)
 
 How it works.  One raw rtnetlink socket is opened inside the namespace and
 bound to the multicast groups of links, IPv4/IPv6 addresses, IPv4/IPv6
@@ -36,6 +36,11 @@ nexthops on it, scope other than host) are flushed without RTM_DELROUTE
 An IPv6 multipath route that loses one nexthop (``ip -6 route del P via
 A``) is reported as the RTM_DELROUTE of that nexthop alone: the route is
 replaced by the remaining ones.
+
+Two threads: a reader drains the socket as fast as it comes into an
+in-memory inbox (up to ``max_backlog`` messages, 4M), so the kernel's buffer
+overflows only when the applier is that far behind; the applier translates
+and configures from the inbox.
 
 A full resync (re-import, the target's configuration replaced by it, so
 the result is a fresh import's) happens on a netlink overrun (ENOBUFS: the
@@ -167,6 +172,9 @@ def _decode(typ: int, raw: bytes):
     return m
 
 
+_SYNC, _OVERRUN = object(), object()          # markers in the inbox
+
+
 class _Resync(Exception):
     def __init__(self, reason):
         super().__init__(reason)
@@ -186,7 +194,8 @@ class KernelFollower:
 
     def __init__(self, target, netns: Optional[str] = None, *, hmac_file: Optional[str] = None,
                  on_apply: Optional[Callable] = None, on_event: Optional[Callable] = None,
-                 rcvbuf: int = 64 << 20, max_burst: int = 4096, start: bool = True):
+                 rcvbuf: int = 64 << 20, max_burst: int = 4096, max_backlog: int = 4_000_000,
+                 start: bool = True):
         self.target = target
         self.netns = netns
         self.hmac_file = hmac_file
@@ -194,6 +203,7 @@ class KernelFollower:
         self.on_event = on_event
         self.rcvbuf = rcvbuf
         self.max_burst = max_burst
+        self.max_backlog = max_backlog
         self.stats = FollowStats()
         self.events: deque = deque(maxlen=1000)
         self.unsupported: dict = {}          # object -> message of NotSupported
@@ -206,6 +216,9 @@ class KernelFollower:
         self._sock = None
         self._wake_r = self._wake_w = None
         self._thread = None
+        self._reader = None
+        self._reader_done = False
+        self._inbox: deque = deque()         # (datagram, timestamp) | (_SYNC, n) | (_OVERRUN, None)
         self._stop = threading.Event()
         self._sync_req = 0
         self._sync_done = 0
@@ -221,7 +234,8 @@ class KernelFollower:
     # -- life cycle -----------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return (self._thread is not None and self._thread.is_alive()
+                and self._reader is not None and self._reader.is_alive())
 
     @property
     def diverged(self) -> bool:
@@ -249,8 +263,10 @@ class KernelFollower:
         except BaseException:
             self._close()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"fastpath-follow-{self.netns or 'self'}",
-                                        daemon=True)
+        name = f"fastpath-follow-{self.netns or 'self'}"
+        self._reader = threading.Thread(target=self._read_loop, name=name + "-reader", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._reader.start()
         self._thread.start()
         return self
 
@@ -284,11 +300,15 @@ class KernelFollower:
                 os.write(self._wake_w, b"x")
             except OSError:
                 pass
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout)
-            if t.is_alive():
-                raise FollowError("the follower thread did not stop")
+        with self._cv:
+            self._cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in (self._reader, self._thread):
+            if t is not None and t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    raise FollowError(f"the follower thread {t.name} did not stop (a resync "
+                                      "in progress?)")
         self._close()
 
     def _close(self):
@@ -336,6 +356,8 @@ class KernelFollower:
         """Force a full resync (re-import) in the follower's thread; waits
         for it (True when done)."""
         self._force_resync = reason
+        with self._cv:
+            self._cv.notify_all()
         return self.sync(timeout)
 
     # -- reporting ------------------------------------------------------------
@@ -348,42 +370,150 @@ class KernelFollower:
             except Exception:         # a callback's error must not stop following
                 log.exception("on_event callback failed")
 
-    # -- the thread -----------------------------------------------------------
-    def _run(self):
+    # -- the threads ----------------------------------------------------------
+    # The reader drains the socket as fast as it can into the inbox (so the
+    # kernel's buffer overflows only when the inbox is full: max_backlog
+    # messages); the applier translates and configures from the inbox.
+    def _read_loop(self):
         sock = self._sock
-        while not self._stop.is_set():
-            try:
-                r, _, _ = select.select([sock, self._wake_r], [], [], 1.0)
-            except (OSError, ValueError):
-                break
-            if self._stop.is_set():
-                break
-            if self._wake_r in r:
+        pushed_sync = 0
+        try:
+            while not self._stop.is_set():
                 try:
-                    while os.read(self._wake_r, 4096):
+                    r, _, _ = select.select([sock, self._wake_r], [], [], 1.0)
+                except (OSError, ValueError):
+                    break
+                if self._stop.is_set():
+                    break
+                if self._wake_r in r:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except OSError:
                         pass
-                except OSError:
-                    pass
+                with self._cv:
+                    want = self._sync_req
+                got_all = self._read_available()
+                with self._cv:
+                    if got_all and want > pushed_sync:
+                        self._inbox.append((_SYNC, want))
+                        pushed_sync = want
+                    self._cv.notify_all()
+                if not got_all:                 # the inbox is full: let the applier catch up
+                    with self._cv:
+                        while len(self._inbox) >= self.max_backlog and not self._stop.is_set():
+                            self._cv.wait(0.5)
+        except Exception as e:                  # pragma: no cover - reported, then a resync
+            self.stats.errors += 1
+            self._event(f"error in the reader: {type(e).__name__}: {e}", logging.ERROR)
+        finally:
             with self._cv:
-                want = self._sync_req
-            if self._retry_at is not None and time.monotonic() >= self._retry_at \
-                    and self._force_resync is None:
-                self._force_resync = self._retry_reason
+                self._reader_done = True
+                self._cv.notify_all()
+
+    def _read_available(self) -> bool:
+        """Move every queued datagram into the inbox; False when it stopped
+        because the inbox is full."""
+        while not self._stop.is_set():
+            batch = []
             try:
+                while len(batch) < 4096:
+                    got = self._recv()
+                    if got is None:
+                        break
+                    batch.append(got)
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                with self._cv:
+                    # everything before is superseded by the resync it triggers
+                    # (the syncs waited for come after it)
+                    syncs = [it for it in self._inbox if it[0] is _SYNC]
+                    self._inbox.clear()
+                    self._inbox.append((_OVERRUN, None))
+                    self._inbox.extend(syncs)
+                    self._cv.notify_all()
+                continue
+            with self._cv:
+                self._inbox.extend(batch)
+                if batch:
+                    self._cv.notify_all()
+                full = len(self._inbox) >= self.max_backlog
+            if full:
+                return False
+            if len(batch) < 4096:
+                return True
+        return True
+
+    def _run(self):
+        """The applier."""
+        while not self._stop.is_set():
+            items = []
+            with self._cv:
+                while not self._inbox and not self._stop.is_set() and not self._reader_done \
+                        and self._force_resync is None and not self._retry_due():
+                    self._cv.wait(1.0)
+                if self._stop.is_set() or (self._reader_done and not self._inbox):
+                    break
+                n = 0
+                while self._inbox and n < self.max_burst:
+                    it = self._inbox[0]
+                    if it[0] is _SYNC or it[0] is _OVERRUN:
+                        if items:
+                            break
+                        items.append(self._inbox.popleft())
+                        break
+                    items.append(self._inbox.popleft())
+                    n += 1
+                self._cv.notify_all()            # room in the inbox for the reader
+            try:
+                if self._force_resync is None and self._retry_due():
+                    self._force_resync = self._retry_reason
                 if self._force_resync is not None:
                     reason, self._force_resync = self._force_resync, None
-                    self._drop_queued()
                     self._resync(reason)
-                self._drain_and_apply()
+                if not items:
+                    continue
+                head = items[0][0]
+                if head is _SYNC:
+                    with self._cv:
+                        if items[0][1] > self._sync_done:
+                            self._sync_done = items[0][1]
+                        self._cv.notify_all()
+                    continue
+                if head is _OVERRUN:
+                    self.stats.overruns += 1
+                    self._event("netlink overrun (ENOBUFS): the kernel dropped messages; "
+                                "full resync", logging.WARNING)
+                    self._resync("netlink overrun (ENOBUFS)")
+                    continue
+                self._apply_items(items)
             except Exception as e:      # never die silently: report, resync (retried)
                 self.stats.errors += 1
                 self._event(f"error: {type(e).__name__}: {e}", logging.ERROR)
                 self._schedule_retry(f"after an error ({type(e).__name__})", soon=True)
-                continue
-            with self._cv:
-                if want > self._sync_done:
-                    self._sync_done = want
-                    self._cv.notify_all()
+
+    def _retry_due(self) -> bool:
+        return self._retry_at is not None and time.monotonic() >= self._retry_at
+
+    def _apply_items(self, items):
+        msgs = []
+        first_ts = None
+        for data, ts in items:
+            if first_ts is None:
+                first_ts = ts if ts is not None else time.time()
+            msgs.extend(_split(data))
+        self.stats.messages += len(msgs)
+        self.stats.last_burst = len(msgs)
+        try:
+            with self.lock:             # translated and applied against a state nobody else changes
+                self._apply_burst(msgs)
+        except _Resync as e:
+            self._resync(e.reason)
+        if first_ts is not None:
+            lag = max(0.0, time.time() - first_ts)
+            self.stats.last_lag = lag
+            self.stats.max_lag = lag if self.stats.max_lag is None else max(lag, self.stats.max_lag)
 
     def _recv(self):
         """One datagram or None (nothing queued); ENOBUFS raised."""
@@ -401,52 +531,6 @@ class KernelFollower:
             return self._sock.recv(1 << 20), None
         except BlockingIOError:
             return None
-
-    def _drop_queued(self):
-        while True:
-            try:
-                if self._recv() is None:
-                    return
-            except OSError as e:
-                if e.errno != errno.ENOBUFS:
-                    raise
-
-    def _drain_and_apply(self):
-        while not self._stop.is_set():
-            msgs = []
-            first_ts = None
-            try:
-                while len(msgs) < self.max_burst:
-                    got = self._recv()
-                    if got is None:
-                        break
-                    data, ts = got
-                    if first_ts is None:
-                        first_ts = ts if ts is not None else time.time()
-                    msgs.extend(_split(data))
-            except OSError as e:
-                if e.errno != errno.ENOBUFS:
-                    raise
-                self.stats.overruns += 1
-                self.stats.messages += len(msgs)
-                self._event("netlink overrun (ENOBUFS): the kernel dropped messages; "
-                            "full resync", logging.WARNING)
-                self._drop_queued()
-                self._resync("netlink overrun (ENOBUFS)")
-                continue
-            if not msgs:
-                return
-            self.stats.messages += len(msgs)
-            self.stats.last_burst = len(msgs)
-            try:
-                with self.lock:             # translated and applied against a state nobody else changes
-                    self._apply_burst(msgs)
-            except _Resync as e:
-                self._resync(e.reason)
-            if first_ts is not None:
-                lag = max(0.0, time.time() - first_ts)
-                self.stats.last_lag = lag
-                self.stats.max_lag = lag if self.stats.max_lag is None else max(lag, self.stats.max_lag)
 
     # -- resync ---------------------------------------------------------------
     RETRY_S = 5.0
