@@ -7,7 +7,7 @@ kernel (issue 18, part 2).  Needs root and network namespaces.
    from ICMP (no route) to forward.  Per sample: the time from starting
    ``ip`` (its process start included, 1-4 ms), from ``ip``'s exit (the
    kernel has the route by then: a lower bound of the lag) to fastpath
-   forwarding, and the follower's own lag (the message's socket timestamp
+   forwarding, and the follower's own lag (the message's receipt by its reader
    to the configure's end).  Measured on an almost empty table, and again
    once the table holds the routes of step 2.
 2. Sustained rate: an ``ip -batch`` of N /64 routes run into the namespace

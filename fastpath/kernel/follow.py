@@ -136,7 +136,7 @@ class FollowStats:
     errors: int = 0            # resyncs that failed, configures refused
     unsupported: int = 0       # messages for objects fastpath does not model
     skipped: int = 0           # messages that changed nothing (already so in fastpath)
-    last_lag: Optional[float] = None   # s: first message of the last burst queued -> applied
+    last_lag: Optional[float] = None   # s: first message of the last burst received -> applied
     max_lag: Optional[float] = None
     last_burst: int = 0        # messages in the last burst
 
@@ -527,8 +527,10 @@ class KernelFollower:
                     if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(val) >= 16:
                         sec, nsec = struct.unpack("=qq", val[:16])
                         ts = sec + nsec * 1e-9
-                return data, ts
-            return self._sock.recv(1 << 20), None
+                # netlink gives no timestamp on this kernel: the reader's
+                # receive time (it reads as the messages come)
+                return data, ts if ts is not None else time.time()
+            return self._sock.recv(1 << 20), time.time()
         except BlockingIOError:
             return None
 
