@@ -194,7 +194,7 @@ class KernelFollower:
 
     def __init__(self, target, netns: Optional[str] = None, *, hmac_file: Optional[str] = None,
                  on_apply: Optional[Callable] = None, on_event: Optional[Callable] = None,
-                 rcvbuf: int = 64 << 20, max_burst: int = 4096, max_backlog: int = 4_000_000,
+                 rcvbuf: int = 256 << 20, max_burst: int = 4096, max_backlog: int = 4_000_000,
                  start: bool = True):
         self.target = target
         self.netns = netns
