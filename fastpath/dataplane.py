@@ -698,6 +698,30 @@ class Dataplane:
                 raise DataplaneError(f"worker {w} failed to start: {msg[1]}")
 
     # -- configuration ------------------------------------------------------
+    def follow_kernel(self, netns=None, **kw):
+        """Follow a network namespace (None: this process's): imported now
+        (replacing this configuration), then every rtnetlink change applied
+        from a background thread; returns the started
+        ``fastpath.kernel.follow.KernelFollower``.  Hold its ``lock`` around
+        your own ``configure``/``process`` calls while it runs."""
+        from .kernel.follow import KernelFollower
+        return KernelFollower(self, netns, **kw)
+
+    def _replace_state(self, state: State) -> "Dataplane":
+        """The whole configuration replaced by ``state`` (a KernelFollower's
+        resync): compiled against the installed entries (what did not
+        change keeps its entry) and published as any configure."""
+        from .config import RouteTable
+        self._check_open()
+        with self._lock:
+            if not isinstance(state.routes, RouteTable):
+                state.routes = RouteTable(dict(state.routes))
+            _check_gateways(state)
+            compile_tables(state, self._tables, defer_lpm=True)
+            self.state = state
+            self._publish()
+        return self
+
     def configure(self, text) -> "Dataplane":
         """Apply iproute2/sysctl lines (a string or an iterable of lines; all
         or nothing, as Router.configure) as a delta, update the shared

@@ -1,8 +1,13 @@
 """Push a capture through the router: ``python -m fastpath.replay``.
 
-    python -m fastpath.replay IN.pcap[ng][.gz]|- --config ROUTES [--iif DEV]
+    python -m fastpath.replay IN.pcap[ng][.gz]|- (--config ROUTES | --follow NS) [--iif DEV]
         [-o OUT.pcapng|OUT.pcap|-] [--drops DROPS.pcapng] [--workers N]
         [--mode noref|refcount] [--summary text|json] [--batch N]
+
+``--follow NS`` takes the configuration from a network namespace (an
+import) and keeps applying its changes while the replay runs (the Router in
+line only: ``--workers 1``); the summary then has a ``follow`` part (the
+follower's stats).
 
 Each packet enters on ``--iif``; without it, on the interface its pcapng
 interface is named after when the configuration has one by that name, else
@@ -44,8 +49,11 @@ def _parser():
     ap = argparse.ArgumentParser(prog=PROG, description="Replay a capture through the fastpath "
                                  "router and write what leaves it.")
     ap.add_argument("input", metavar="IN", help="pcap or pcapng capture (gzip ok), - for stdin")
-    ap.add_argument("--config", required=True, metavar="ROUTES",
+    ap.add_argument("--config", metavar="ROUTES",
                     help="router configuration (iproute2 / sysctl lines)")
+    ap.add_argument("--follow", metavar="NS",
+                    help="instead of --config: import a network namespace and follow its "
+                         "changes while the replay runs (fastpath.kernel.follow)")
     ap.add_argument("--iif", metavar="DEV", help="ingress interface of every packet")
     ap.add_argument("-o", "--output", metavar="OUT",
                     help="capture of the packets that leave (pcapng; .pcap: classic pcap; "
@@ -172,6 +180,12 @@ def _text(d) -> str:
     mpps = d["packets_per_s"] / 1e6
     lines.append(f"time            {d['elapsed_s']:.3f} s ({mpps:.2f} M packets/s; datapath "
                  f"{d['datapath_s']:.3f} s; mode {d['mode']}, {d['workers']} worker(s))")
+    fo = d.get("follow")
+    if fo:
+        lines.append(f"followed        {fo['netns']}: {fo['messages']:,} messages, "
+                     f"{fo['lines']:,} lines in {fo['configures']:,} configures, "
+                     f"{fo['resyncs']} resyncs, {fo['errors']} errors"
+                     + (", diverged" if fo["diverged"] else ""))
     if d["error"]:
         lines.append(f"stopped at      {d['error']}")
     return "\n".join(lines)
@@ -183,6 +197,16 @@ def _text(d) -> str:
 
 def _router(args):
     import fastpath
+    if args.follow is not None:
+        from .kernel.follow import FollowError
+        from .kernel.netlink import KernelImportError
+        r = fastpath.Router(mode=args.mode)
+        try:
+            args.follower = r.follow_kernel(args.follow)
+        except (KernelImportError, FollowError, OSError) as e:
+            raise _Fail(f"--follow {args.follow}: {e}") from None
+        args.config = f"namespace {args.follow}"
+        return r, r.dump()
     try:
         with open(args.config, encoding="utf-8") as f:
             text = f.read()
@@ -242,12 +266,27 @@ def _open_writers(args):
 
 
 def _run(args) -> int:
-    import fastpath
-    from . import pcap
     if args.batch < 1:
         raise _Fail("--batch must be >= 1", 2)
     if args.workers < 1:
         raise _Fail("--workers must be >= 1", 2)
+    if (args.config is None) == (args.follow is None):
+        raise _Fail("give either --config ROUTES or --follow NS", 2)
+    if args.follow is not None and args.workers > 1:
+        # a Dataplane is not safe against a configure from another thread
+        # while process() runs (see fastpath.kernel.follow)
+        raise _Fail("--follow runs the Router in line: --workers 1 only", 2)
+    args.follower = None
+    try:
+        return _run_router(args)
+    finally:
+        if args.follower is not None:
+            args.follower.stop()
+
+
+def _run_router(args) -> int:
+    import fastpath
+    from . import pcap
     router, text = _router(args)
     iif = _iif_spec(args, router)
     try:
@@ -314,6 +353,9 @@ def _run(args) -> int:
     if errs:
         raise _Fail(errs[0])
     d = _summary(args, stats, stats.bytes, counters, writers, error)
+    if args.follower is not None:
+        d["follow"] = {"netns": args.follow, **args.follower.stats.as_dict(),
+                       "diverged": args.follower.diverged}
     out = sys.stderr if args.output == "-" else sys.stdout
     if args.summary == "json":
         out.write(json.dumps(d, indent=2) + "\n")

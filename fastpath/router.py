@@ -12,6 +12,7 @@ completely before it replaces the running one.
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 
@@ -36,6 +37,9 @@ class Router:
         self.mode = mode
         self.use_stats = use_stats
         self.state = State()
+        # configure, process and a follower's resync never interleave (a
+        # KernelFollower configures from its own thread)
+        self._lock = threading.RLock()
         self._dp = _datapath.Datapath()
         self._dp.set_mode(mode, use_stats)
         self._tables = compile_tables(self.state)
@@ -79,10 +83,32 @@ class Router:
         planned too (RouteTable's device and gateway indexes).  The tables
         are recompiled whole (tables.compile_tables, the reference) only when
         an interface went away or changed its ifindex."""
-        apply_config(self.state, self._tables, text)
-        self._load()
-        self._reclaim()
+        with self._lock:
+            apply_config(self.state, self._tables, text)
+            self._load()
+            self._reclaim()
         return self
+
+    def _replace_state(self, state: State) -> "Router":
+        """The whole configuration replaced by ``state`` (compiled afresh:
+        a KernelFollower's resync); the seg6local counters start again."""
+        from .config import RouteTable
+        with self._lock:
+            if not isinstance(state.routes, RouteTable):
+                state.routes = RouteTable(dict(state.routes))
+            self.state = state
+            self._tables = compile_tables(state)
+            self._load()
+        return self
+
+    def follow_kernel(self, netns=None, **kw):
+        """Follow a network namespace (None: this process's): its state
+        imported now (replacing this Router's configuration), then every
+        rtnetlink change applied as it happens, from a background thread.
+        Returns the started ``fastpath.kernel.follow.KernelFollower``
+        (``stop()``, a context manager, ``stats``, ``sync()``)."""
+        from .kernel.follow import KernelFollower
+        return KernelFollower(self, netns, **kw)
 
     def _reclaim(self):
         """One process, no packet in flight between calls: what the new
@@ -109,6 +135,10 @@ class Router:
     # datapath
     def process(self, batch: Batch) -> Batch:
         """Run every packet of ``batch`` through the datapath, in place."""
+        with self._lock:
+            return self._process(batch)
+
+    def _process(self, batch: Batch) -> Batch:
         prepare_batch(batch, self._tables)
         nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
                                  batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
@@ -122,7 +152,8 @@ class Router:
         forwarding, verdict): a ``fastpath.trace.Trace`` (print it).  The
         router's counters count the packet like any other."""
         from .trace import trace_packet
-        return trace_packet(self, bytes(packet), iif, linktype)
+        with self._lock:
+            return trace_packet(self, bytes(packet), iif, linktype)
 
     def counters(self) -> dict:
         """Per-reason packet counts since the last reset, and the per-route

@@ -1,15 +1,21 @@
 """``python -m fastpath.kernel``: the Linux kernel as control plane and as judge.
 
-    python -m fastpath.kernel import [--netns NS] [-o FILE] [--hmac-file FILE]
+    python -m fastpath.kernel import [--netns NS] [-o FILE] [--hmac-file FILE] [--follow]
         the live state of a network namespace (default: this process's) as
         fastpath configuration text; exit 0, or 2 with one line on stderr
-        (a namespace that does not exist, an object fastpath does not model)
+        (a namespace that does not exist, an object fastpath does not model);
+        --follow: then every change, one line each as it is applied, until
+        SIGINT/SIGTERM (exit 0)
 
     python -m fastpath.kernel verify --config FILE (--pcap FILE | HEX ...)
                                      [--iif DEV] [--limit N] [--wait SECONDS]
         each packet through a throwaway kernel namespace configured from FILE
         and through fastpath; prints every difference and 'agree A/N'; exit 0
         when all agree, 1 when some differ, 2 when it cannot run
+
+    python -m fastpath.kernel bench-follow [--routes N] [--samples S] [--json PATH]
+        follow's lag (ip route add -> fastpath forwarding by it) and sustained
+        rate (an N-route ip -batch followed), as JSON
 """
 from __future__ import annotations
 
@@ -57,7 +63,64 @@ def _write_atomically(path: str, text: str) -> None:
         raise
 
 
+def cmd_follow(args) -> int:
+    """import --follow: the import, then every change as it is applied to a
+    Router, one line each, until SIGINT/SIGTERM (exit 0)."""
+    import threading
+    from ..router import Router
+    from .follow import FollowError, KernelFollower
+    from .netlink import KernelImportError
+    global _MAIN_PID
+    if args.output not in (None, "-"):
+        return _fail("--follow prints to standard output (no -o FILE)")
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminate)
+    ready = threading.Event()
+    out_lock = threading.Lock()
+
+    def emit(lines):
+        if threading.current_thread() is threading.main_thread():
+            return              # the initial import's own event: its text follows
+        ready.wait()
+        with out_lock:
+            sys.stdout.write("".join(ln + "\n" for ln in lines))
+            sys.stdout.flush()
+
+    f = None
+    try:
+        try:
+            f = KernelFollower(Router(), args.netns, hmac_file=args.hmac_file, on_apply=emit,
+                               on_event=lambda text: emit([f"# {text}"]))
+        except (KernelImportError, FollowError) as e:
+            return _fail(e)
+        except OSError as e:
+            return _fail(f"following {args.netns or 'this namespace'}: {e}")
+        where = f"namespace {args.netns}" if args.netns else "this network namespace"
+        head = [f"# imported by {PROG} import --follow from {where}"]
+        head += [f"# note: {n}" for n in f.import_notes]
+        with out_lock:
+            sys.stdout.write("\n".join(head) + "\n" + f.import_text)
+            sys.stdout.write(f"# following {where}: the changes as they are applied "
+                             "(Ctrl-C to stop)\n")
+            sys.stdout.flush()
+        ready.set()
+        while f.running:
+            f._thread.join(0.5)
+        return _fail("the follower stopped unexpectedly", 1)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        ready.set()
+        if f is not None:
+            try:
+                f.stop()
+            except Exception:
+                pass
+
+
 def cmd_import(args) -> int:
+    if args.follow:
+        return cmd_follow(args)
     from .netlink import KernelImportError, import_text
     try:
         text = import_text(args.netns, args.hmac_file)
@@ -118,6 +181,23 @@ def cmd_verify(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_bench_follow(args) -> int:
+    from .bench_follow import main as bench_main
+    from .oracle import KernelOracleError, oracle_available
+    ok, reason = oracle_available()
+    if not ok:
+        return _fail(f"bench-follow needs root and network namespaces: {reason}")
+    if args.routes < 1 or args.samples < 1:
+        return _fail("--routes and --samples must be at least 1")
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _terminate)      # the namespace goes on SIGTERM too
+    try:
+        return bench_main(args)
+    except (KernelOracleError, RuntimeError) as e:
+        return _fail(e, 1)
+
+
 def main(argv=None) -> int:
     ap = _Parser(prog=PROG, description="The Linux kernel as control plane (import) and as "
                  "judge (verify).")
@@ -127,6 +207,8 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
     p.add_argument("--hmac-file", metavar="FILE",
                    help="'ip sr hmac set KEYID ALGO SECRET' lines: HMAC keys to add or override")
+    p.add_argument("--follow", action="store_true",
+                   help="then print every change as it is applied, until Ctrl-C/SIGTERM")
     p.set_defaults(func=cmd_import)
     p = sub.add_parser("verify", help="packets through the kernel and fastpath, compared")
     p.add_argument("--config", required=True, metavar="FILE")
@@ -139,6 +221,12 @@ def main(argv=None) -> int:
                    help="how long to wait for more output after each packet (default 0.01)")
     p.add_argument("packets", nargs="*", metavar="HEX", help="raw IPv4/IPv6 packets in hex")
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("bench-follow", help="follow's lag and sustained rate (JSON)")
+    p.add_argument("--routes", type=int, default=100_000, metavar="N",
+                   help="routes of the ip -batch followed (default 100000)")
+    p.add_argument("--samples", type=int, default=30, metavar="S", help="lag samples (default 30)")
+    p.add_argument("--json", metavar="PATH", help="also write the JSON here")
+    p.set_defaults(func=cmd_bench_follow)
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
