@@ -347,3 +347,27 @@ def test_every_entry_is_in_its_lpm_from_the_start():
             want = {(net, e.dst) for (f, tb, net), e in t.entries.items() if (f, tb) == (fam, table)}
             assert set(lpm.prefixes()) == want, (fam, table)
         assert ipaddress.ip_network("127.0.0.1/32") in t.lpms[(4, 255)]
+
+
+def test_replacing_the_whole_state_in_place():
+    """Dataplane._replace_state (a kernel follower's resync): another
+    configuration compiled against the installed entries and published;
+    the answers are a fresh Router's, nothing is left retired."""
+    from fastpath.config import State
+    rng = random.Random(7)
+    with Dataplane(BASE, workers=1, max_routes=4096) as dp:
+        for _ in range(5):
+            try:
+                dp.configure(step_text(rng, 30, dp.state))
+            except (ConfigError, ValueError):
+                pass
+        other = State().apply(BASE)
+        for _ in range(8):
+            try:
+                other = other.apply(step_text(rng, 30, other))
+            except (ConfigError, ValueError):
+                pass
+        dp._replace_state(other.copy())
+        assert dp.state.dump() == other.dump()
+        compare(dp, _scratch(dp.state), rng, 60)
+        assert dp.refcounts()["retired_pending"] == 0 and dp.tables.lpm_pending == []
