@@ -26,6 +26,10 @@ import numpy as np
 from .reasons import REASON_NAMES, VERDICTS
 
 LINKTYPES = {"raw": 0, "ethernet": 1}
+# the arrays the compiled kernels take, in their order (Datapath.process,
+# run_loop and trace: the batch boundary, pyx/datapath/batch_loop.pxi's bat_t)
+KERNEL_FIELDS = ("data", "start", "length", "l2len", "iif", "oif", "nexthop", "verdict", "reason",
+                 "dst")
 DEFAULT_HEADROOM = 128
 DEFAULT_SLOT = 2048
 _FIELDS = ("start", "length", "l2len", "iif", "oif", "nexthop", "verdict", "reason",
@@ -245,6 +249,11 @@ class Batch:
 
     def _ifname(self, idx):
         return self.ifnames.get(int(idx)) if idx else None
+
+    def kernel_arrays(self) -> tuple:
+        """The arrays the compiled kernels take, in their order
+        (KERNEL_FIELDS): ``Datapath.process(*batch.kernel_arrays(), ...)``."""
+        return tuple(getattr(self, f) for f in KERNEL_FIELDS)
 
     def results(self):
         """One ``Result`` per packet, in input order."""

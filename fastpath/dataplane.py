@@ -61,7 +61,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from . import _datapath, _rss
-from .batch import LINKTYPES, Batch
+from .batch import KERNEL_FIELDS, LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
 from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, load_kwargs,
@@ -457,9 +457,7 @@ class _Worker:
         step = chunk or n
         for a in range(0, n, step):
             sl = slice(a, min(n, a + step))
-            self.dp.process(v["data"][sl], v["start"][sl], v["length"][sl], v["l2len"][sl],
-                            v["iif"][sl], v["oif"][sl], v["nexthop"][sl], v["verdict"][sl],
-                            v["reason"][sl], v["dst"][sl], linktype, v["timestamp_ns"][sl])
+            self.dp.process(*[v[f][sl] for f in KERNEL_FIELDS], linktype, v["timestamp_ns"][sl])
         self.ctl[line + Q_PHASE] = PH_BACK
         _copy_back(v, n, idx, data, mv)
         self.ctl[line + Q_PHASE] = PH_IDLE
@@ -473,7 +471,7 @@ class _Worker:
         pool.iif_names = None
         b = pool[:batch].copy() if 0 < batch < len(pool) else pool.copy()
         lt = LINKTYPES[linktype]
-        args = (b.data, b.start, b.length, b.l2len, b.iif, b.oif, b.nexthop, b.verdict, b.reason, b.dst)
+        args = b.kernel_arrays()
         used = min(b.slot, int((pool.start + pool.length).max()) + 64)
         saved = (pool.data[:, :used].copy(), pool.start.copy(), pool.length.copy())
         del pool

@@ -140,9 +140,8 @@ class Router:
 
     def _process(self, batch: Batch) -> Batch:
         prepare_batch(batch, self._tables)
-        nfrag = self._dp.process(batch.data, batch.start, batch.length, batch.l2len, batch.iif,
-                                 batch.oif, batch.nexthop, batch.verdict, batch.reason, batch.dst,
-                                 LINKTYPES[batch.linktype], batch.timestamp_ns)
+        nfrag = self._dp.process(*batch.kernel_arrays(), LINKTYPES[batch.linktype],
+                                 batch.timestamp_ns)
         if nfrag:
             fragment_batch(batch, self._tables, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
         return batch

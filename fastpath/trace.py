@@ -120,8 +120,7 @@ def trace_packet(router, packet: bytes, iif: str, linktype: str = "raw") -> Trac
     b.iif[:] = tb.ifindex[iif]
     b.iif_names = None
     b.ifnames = dict(tb.ifnames)
-    events = router._dp.trace(b.data, b.start, b.length, b.l2len, b.iif, b.oif, b.nexthop,
-                              b.verdict, b.reason, b.dst, LINKTYPES[linktype])
+    events = router._dp.trace(*b.kernel_arrays(), LINKTYPES[linktype])
     res = b.results()[0]
     lines = decode(router, events)
     if res.verdict in ("forward", "icmp"):
