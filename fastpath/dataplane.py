@@ -18,10 +18,14 @@ registering them with a resource tracker):
              shared ones (null entry, IPv4 input routes) take atomics; each
              worker's copies of the routes (``fp_pcpu``, 16 bytes per route,
              the worker's own lines).
-``snapshot`` everything else the datapath reads (LPMs, nexthops, devices,
-             rules, seg6local parameters), immutable, one per configuration;
-             a new one is published by bumping a sequence number and the old
-             one is unlinked after a grace period.
+``arena``    the big tables, one segment per array (``_Arena``): every LPM's
+             ``tbl24`` and ``groups``, the nexthop rows, seg6local records and
+             SRH templates, changed in place by ``configure`` while the
+             workers read them (an array that grows is a new segment).
+``snapshot`` the small tables (devices, addresses, neighbours, rules, HMAC
+             keys, sysctls) copied, and the names of the arena's arrays; one
+             per configuration, published by bumping a sequence number, the
+             previous one unlinked after a grace period.
 ``stage``    batch data the workers read their packets from: a pool of
              segments (``Dataplane.batch_buffer``) that a reader can build
              its batches in, else one ``process`` copies a batch into with
@@ -31,13 +35,16 @@ registering them with a resource tracker):
              worker copies its rows from the stage into its slots itself,
              and the control plane copies the results back.
 
-Updates follow RCU: a configuration compiles into new route entries (an
-installed entry is never rewritten, see tables.py), the new snapshot is
-published, the entries it no longer uses are marked dead and lose the FIB's
-reference, and after every online worker has passed a quiescent state
-(between two batches, or while idle/offline) they are reclaimed: zeroed,
-their generation bumped, reused later.  In refcount mode an entry whose
-count has not fallen to zero stays retired until it does.
+Updates follow RCU (the order is documented at ``Dataplane._publish``): a
+configure applies the same delta as Router.configure; new route entries,
+rows and records are written where no worker reaches them, the snapshot is
+published, and after a grace period the LPMs change in place (one atomic
+store per entry a reader can see; freed groups wait in limbo); the entries
+the change retired are then marked dead, lose the FIB's reference, and after
+every online worker has passed a quiescent state (between two batches, or
+while idle/offline) they are reclaimed: zeroed, their generation bumped,
+reused later.  In refcount mode an entry whose count has not fallen to zero
+stays retired until it does.
 """
 from __future__ import annotations
 
