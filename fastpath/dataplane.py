@@ -1059,6 +1059,12 @@ class Dataplane:
         self._check_open()
         if chunk is not None and chunk < 1:
             raise ValueError("chunk must be >= 1")
+        # (under the configure lock: a configure from another thread -- a
+        # kernel follower's -- rebuilds the interface maps this reads)
+        with self._lock:
+            return self._process(batch, chunk)
+
+    def _process(self, batch: Batch, chunk) -> Batch:
         t = self._tables
         prepare_batch(batch, t)
         n = len(batch)

@@ -71,9 +71,8 @@ Threads.  ``Router.configure`` and ``Router.process`` take the Router's
 lock, and the follower holds it while it translates and applies a burst,
 so its configures never interleave with the user's calls (and a burst is
 translated against a state nobody else is changing).
-A ``Dataplane`` is not thread-safe: the follower holds ``follower.lock``
-around each of its configures; hold it around your own ``configure`` and
-``process`` calls while following.
+A ``Dataplane``'s ``configure`` and ``process`` take its own lock, which
+is ``follower.lock`` (the follower holds it around each of its bursts).
 """
 from __future__ import annotations
 
