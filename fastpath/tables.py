@@ -299,12 +299,16 @@ class Tables:
         nexthop rows, seg6local index and SRH template are freed.  Returns
         the seg6local indexes freed (their counters are to be cleared)."""
         freed = []
+        entries = list(entries)
+        if entries:
+            # the entries themselves in three vectorised stores
+            idx = np.fromiter((e.dst for e in entries), dtype=np.int64, count=len(entries))
+            gens = (self.dsts["gen"][idx].astype(np.uint64) + 1) & 0xFFFFFFFF
+            self.dfast[idx] = 0
+            self.dsts[idx] = _ZERO_DST
+            self.dsts["gen"][idx] = gens
+            self.free_dsts.extend(idx.tolist())
         for e in entries:
-            gen = int(self.dsts[e.dst]["gen"])
-            self.dfast[e.dst] = 0
-            self.dsts[e.dst] = _ZERO_DST
-            self.dsts[e.dst]["gen"] = (gen + 1) & 0xFFFFFFFF
-            self.free_dsts.append(e.dst)
             self._release_nexthops(e)
             if e.s6l >= 0:
                 self.s6l_recs.pop(e.s6l, None)
