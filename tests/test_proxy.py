@@ -245,3 +245,72 @@ ip route add 10.9.0.7/32 dev eth1
     assert r.fib_lookup(4, "10.9.0.7", "10.8.0.2", "t1") == ("unreachable", None)
     assert r.fib_lookup(4, "10.9.0.7", "10.8.0.2", "eth0") == ("unicast", "eth1")
     assert r.fib_lookup(4, "10.8.0.1", "10.8.0.2", "t1")[0] == "local"
+
+
+# ---------------------------------------------------------------------------
+# proxy_delay / proxy_qlen on a fake clock (no root): pneigh_enqueue
+class _FakeProxy:
+    def __init__(self, delay=0.8, qlen=64):
+        self.d, self.q = delay, qlen
+
+    def arp(self, ifindex, sip, tip):
+        return tip == bytes([10, 5, 0, 3])
+
+    def ndp(self, ifindex, target):
+        return None
+
+    def ip6_forward(self, ifindex, daddr):
+        return False
+
+    def delay(self, family, ifindex):
+        return self.d
+
+    def qlen(self, family, ifindex):
+        return self.q
+
+
+def _neigh(proxy):
+    import random
+    from fastpath.wire import neigh as nb
+    t = [100.0]
+    sent = []
+    link = nb.Link("eth0", 2, bytes.fromhex("020000000001"),
+                   [ipaddress.IPv4Interface("10.1.0.1/24")], [])
+    n = nb.Neighbours([link], lambda i, f: sent.append(f), lambda: t[0], proxy=proxy,
+                      local4=[bytes([10, 1, 0, 1])], rng=random.Random(7))
+    return n, t, sent
+
+
+def _arp_req(dst, sip_last):
+    from fastpath.wire.neigh import arp_frame
+    return arp_frame(1, dst, bytes.fromhex("0a0000000002"), bytes([10, 5, 0, sip_last]),
+                     bytes(6), bytes([10, 5, 0, 3]))
+
+
+def test_proxy_delay_broadcast_waits_unicast_does_not():
+    """A broadcast request waits a random time below proxy_delay (0.8 s),
+    one to our MAC (PACKET_HOST) or with proxy_delay 0 is answered at once."""
+    n, t, sent = _neigh(_FakeProxy())
+    n.input(2, _arp_req(b"\xff" * 6, 2))
+    assert sent == [] and n.proxy_queue
+    due = n.next_timer()
+    assert 100.0 <= due < 100.8
+    t[0] = due
+    n.tick()
+    assert len(sent) == 1 and sent[0][20:22] == b"\0\2" and sent[0][28:32] == bytes([10, 5, 0, 3])
+    n.input(2, _arp_req(bytes.fromhex("020000000001"), 2))
+    assert len(sent) == 2
+    n0, _t0, sent0 = _neigh(_FakeProxy(delay=0))
+    n0.input(2, _arp_req(b"\xff" * 6, 2))
+    assert len(sent0) == 1
+
+
+def test_proxy_qlen_drops_beyond_the_queue():
+    """pneigh_enqueue drops while the queue holds more than proxy_qlen."""
+    n, t, sent = _neigh(_FakeProxy(qlen=2))
+    for k in range(5):
+        n.input(2, _arp_req(b"\xff" * 6, 10 + k))
+    assert len(n.proxy_queue) == 3 and n.counters["proxy_qlen_drop"] == 2
+    t[0] += 1
+    n.tick()
+    assert len(sent) == 3 and not n.proxy_queue
