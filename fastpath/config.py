@@ -381,13 +381,22 @@ _CONF6 = {
     "dad_transmits": (1, 1, 0, _INT_MAX),
     "accept_redirects": (1, 1, 0, 1),
     "keep_addr_on_down": (0, 0, -1, 1),
+    # ndisc_recv_ns: all OR dev (with the device's forwarding and a proxy entry)
+    "proxy_ndp": (0, 0, 0, 1),
 }
 _CONF4 = {
     "forwarding": (1, 1, 0, 1),
     "send_redirects": (1, 1, 0, 1),
     "accept_redirects": (1, 1, 0, 1),
+    # arp_process: IN_DEV_PROXY_ARP is all OR dev, IN_DEV_PROXY_ARP_PVLAN too
+    # (IN_DEV_ORCONF); see fastpath/wire/neigh.py
+    "proxy_arp": (0, 0, 0, 1),
+    "proxy_arp_pvlan": (0, 0, 0, 1),
 }
 _CONF = {4: _CONF4, 6: _CONF6}
+# net.ipv{4,6}.neigh.{default,DEV}.KEY (no "all"): (default, min, max); proxy_delay
+# in USER_HZ (1/100 s) as /proc shows it, 80 = 0.8 s (neigh_parms: 8 * HZ / 10)
+_NEIGH = {"proxy_delay": (80, 0, _INT_MAX), "proxy_qlen": (64, 0, _INT_MAX)}
 _GLOBALS = {   # name -> (default, min, max)
     "net.ipv6.seg6_flowlabel": (0, -1, 1),
     "net.ipv6.icmp.ratelimit": (0, 0, _INT_MAX),
@@ -416,6 +425,8 @@ def _sysctl_defaults() -> dict:
         for key, (a, dflt, _lo, _hi) in table.items():
             d[f"net.ipv{fam}.conf.all.{key}"] = a
             d[f"net.ipv{fam}.conf.default.{key}"] = dflt
+        for key, (dflt, _lo, _hi) in _NEIGH.items():
+            d[f"net.ipv{fam}.neigh.default.{key}"] = dflt
     return d
 
 
@@ -1272,6 +1283,9 @@ class State:
         self.routes: RouteTable = RouteTable()
         self.rules: dict = _default_rules()
         self.neighbours: dict = {}
+        # pneigh entries (ip neigh add proxy ADDR dev DEV [router]):
+        # (dev, address) -> NTF_ROUTER
+        self.proxies: dict = {}
         self.sr_tunsrc: Optional[ipaddress.IPv6Address] = None
         self.hmac_keys: dict = {}
         self.sysctls: dict = dict(SYSCTL_DEFAULTS)
@@ -1285,7 +1299,8 @@ class State:
         del self.routes[(6, RT_TABLE_MAIN, ipaddress.IPv6Network("::1/128"), 256)]
 
     # -- value semantics ----------------------------------------------------
-    _FIELDS = ("interfaces", "routes", "rules", "neighbours", "sr_tunsrc", "hmac_keys", "sysctls")
+    _FIELDS = ("interfaces", "routes", "rules", "neighbours", "proxies", "sr_tunsrc", "hmac_keys",
+               "sysctls")
 
     def __eq__(self, other):
         if not isinstance(other, State):
@@ -1304,6 +1319,7 @@ class State:
         new.routes = self.routes.copy()
         new.rules = {f: list(v) for f, v in self.rules.items()}
         new.neighbours = dict(self.neighbours)
+        new.proxies = dict(self.proxies)
         new.sr_tunsrc = self.sr_tunsrc
         new.hmac_keys = dict(self.hmac_keys)
         new.sysctls = dict(self.sysctls)
@@ -1330,16 +1346,23 @@ class State:
                 raise
 
     # -- in place, as a transaction (Router.configure) ------------------------------
+    def small_tables(self) -> tuple:
+        """Everything but the routes, as ``begin`` saves it and ``rollback``
+        restores it (a configure compares it to tell whether the small
+        tables must be rebuilt)."""
+        return (self.interfaces, self.rules, self.neighbours, self.proxies, self.sr_tunsrc,
+                self.hmac_keys, self.sysctls, self._vrf_rules_added)
+
     def begin(self):
         """Start changing this State in place: the small tables (interfaces,
         rules, neighbours, sysctls, keys) are copied, the routes get an
         overlay (RouteTable.begin), so the cost is that of the change, not of
         the routes.  Returns what ``rollback`` restores."""
-        saved = (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
-                 self.sysctls, self._vrf_rules_added)
+        saved = self.small_tables()
         self.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
         self.rules = {f: list(v) for f, v in self.rules.items()}
         self.neighbours = dict(self.neighbours)
+        self.proxies = dict(self.proxies)
         self.hmac_keys = dict(self.hmac_keys)
         self.sysctls = dict(self.sysctls)
         self.routes.begin()
@@ -1363,9 +1386,20 @@ class State:
     def rollback(self, saved):
         """Undo everything since ``begin`` (which returned ``saved``)."""
         self._addrc = None
-        (self.interfaces, self.rules, self.neighbours, self.sr_tunsrc, self.hmac_keys,
-         self.sysctls, self._vrf_rules_added) = saved
+        (self.interfaces, self.rules, self.neighbours, self.proxies, self.sr_tunsrc,
+         self.hmac_keys, self.sysctls, self._vrf_rules_added) = saved
         self.routes.rollback()
+
+    def proxy_show(self) -> list:
+        """``ip neigh show proxy`` lines (pneigh_dump_table, iproute2's
+        print_neigh: ``ADDR dev DEV [router] proxy``), IPv4 first."""
+        return [f"{a} dev {d}{' router' if r else ''} proxy"
+                for (d, a), r in sorted(self.proxies.items(),
+                                        key=lambda kv: (kv[0][1].version, kv[0][1], kv[0][0]))]
+
+    def proxy_entry(self, dev: str, addr) -> Optional[bool]:
+        """pneigh_lookup(addr, dev): None without an entry, else its NTF_ROUTER."""
+        return self.proxies.get((dev, addr))
 
     def sysctl(self, name: str) -> int:
         """The value of a sysctl (dotted or slash form; ``net.ipv4.ip_forward``
@@ -1403,6 +1437,9 @@ class State:
             for key in table:
                 self.sysctls[f"net.ipv{fam}.conf.{name}.{key}"] = \
                     self.sysctls[f"net.ipv{fam}.conf.default.{key}"]
+            for key in _NEIGH:
+                self.sysctls[f"net.ipv{fam}.neigh.{name}.{key}"] = \
+                    self.sysctls[f"net.ipv{fam}.neigh.default.{key}"]
         if mtu >= 1280:
             self.sysctls[f"net.ipv6.conf.{name}.mtu"] = mtu
         self._reconcile([name], lambda: None, new=True)
@@ -1763,8 +1800,11 @@ class State:
                 del self.routes[k]
         for k in [k for k in self.neighbours if k[0] == name]:
             del self.neighbours[k]
-        for k in [k for k in self.sysctls if f".conf.{name}." in k
-                  and k.split(".conf.", 1)[1].rsplit(".", 1)[0] == name]:
+        for k in [k for k in self.proxies if k[0] == name]:
+            del self.proxies[k]          # pneigh_ifdown
+        for k in [k for k in self.sysctls if any(
+                f".{g}.{name}." in k and k.split(f".{g}.", 1)[1].rsplit(".", 1)[0] == name
+                for g in ("conf", "neigh"))]:
             del self.sysctls[k]
         del self.interfaces[name]
 
@@ -2477,9 +2517,17 @@ class State:
             raise _unsupported(f"ip neigh {sub}")
         cur = _Cur(args[1:])
         addr = dev = mac = None
+        proxy = router = False
         while cur.more():
             t = cur.take()
-            if t == "lladdr":
+            if t == "proxy":
+                # iproute2: 'proxy ADDR' is the destination, with NTF_PROXY
+                t = cur.arg("an address")
+                if addr is not None:
+                    raise _err(f"duplicate \"address\": \"{t}\" is the second value.", t)
+                addr = _parse_addr(t, fam, "address")
+                proxy = True
+            elif t == "lladdr":
                 mac = _parse_mac(cur.arg("a link-layer address"))
             elif t == "dev":
                 dev = _check_ifname(cur.arg("an interface name"))
@@ -2488,8 +2536,8 @@ class State:
                 if s not in ("permanent", "noarp", "reachable", "stale"):
                     raise _unsupported(f"nud {s}", "permanent, noarp, reachable, stale")
             elif t == "router":
-                pass
-            elif t in ("proxy", "extern_learn", "managed", "use", "protocol", "vrf"):
+                router = True
+            elif t in ("extern_learn", "managed", "use", "protocol", "vrf"):
                 raise _unsupported(t, "neighbour option")
             else:
                 if t == "to":
@@ -2500,6 +2548,20 @@ class State:
         if addr is None or dev is None:
             raise _err("Device and destination are required arguments.", tok)
         key = (dev, addr)
+        if proxy:
+            # neigh_add / neigh_delete with NTF_PROXY: pneigh_lookup(creat)
+            # sets the flags of a new or existing entry (no EEXIST), pneigh_delete
+            # gives ENOENT; iproute2 refuses an unknown device first
+            if dev not in self.interfaces:
+                raise _err(f'Cannot find device "{dev}"', dev)
+            if sub == "delete":
+                if key not in self.proxies:
+                    raise _err(f"proxy {addr} dev {dev}: RTNETLINK answers: No such file or "
+                               "directory", str(addr))
+                del self.proxies[key]
+            else:
+                self.proxies[key] = router
+            return
         if sub == "delete":
             if key not in self.neighbours:
                 raise _err(f"neighbour {addr} dev {dev}: RTNETLINK answers: No such file or "
@@ -2563,7 +2625,7 @@ class State:
             n = n[len("/proc/sys/"):]
         if "/" in n:
             parts = n.strip("/").split("/")
-            if len(parts) == 5 and parts[2] == "conf":
+            if len(parts) == 5 and parts[2] in ("conf", "neigh"):
                 dev, key = parts[3], parts[4]
                 head = parts[:3]
             else:
@@ -2572,21 +2634,24 @@ class State:
         else:
             dev = None
             parts = n.split(".")
-            if len(parts) >= 5 and parts[2] == "conf":
+            if len(parts) >= 5 and parts[2] in ("conf", "neigh"):
                 head, dev, key = parts[:3], ".".join(parts[3:-1]), parts[-1]
         if dev is not None:
             if head[0] != "net" or head[1] not in ("ipv4", "ipv6"):
                 return self._unknown_sysctl(name, strict)
             fam = 4 if head[1] == "ipv4" else 6
-            if key not in _CONF[fam]:
+            grp = head[2]
+            if key not in (_CONF[fam] if grp == "conf" else _NEIGH):
+                return self._unknown_sysctl(name, strict)
+            if grp == "neigh" and dev == "all":
                 return self._unknown_sysctl(name, strict)
             if dev not in ("all", "default") and dev not in self.interfaces:
                 if strict:
-                    path = f"net/{head[1]}/conf/{dev}/{key}"
+                    path = f"net/{head[1]}/{grp}/{dev}/{key}"
                     raise _err(f"'{name}': sysctl: cannot stat /proc/sys/{path}: No such file "
                                "or directory", name)
                 return None
-            return f"net.ipv{fam}.conf.{dev}.{key}"
+            return f"net.ipv{fam}.{grp}.{dev}.{key}"
         n = _ALIASES.get(n, n)
         if n in _GLOBALS or n in SYSCTL_DEFAULTS:
             return n
@@ -2644,7 +2709,11 @@ class State:
                        "argument)", val)
         v = int(val, 0) if "x" in val.lower() else int(val, 10)
         parts = canon.split(".")
-        if parts[2] == "conf":
+        if parts[2] == "neigh":
+            fam = 4 if parts[1] == "ipv4" else 6
+            dev, key = ".".join(parts[3:-1]), parts[-1]
+            _d, lo, hi = _NEIGH[key]
+        elif parts[2] == "conf":
             fam = 4 if parts[1] == "ipv4" else 6
             dev, key = ".".join(parts[3:-1]), parts[-1]
             _a, _d, lo, hi = _CONF[fam][key]
@@ -2701,11 +2770,12 @@ class State:
         fresh = State()
 
         def sysctl_line(name, v):
-            if ".conf." in name:
-                head, rest = name.split(".conf.", 1)
-                dev, key = rest.rsplit(".", 1)
-                if "." in dev:   # a device name with dots: the slash form
-                    name = head.replace(".", "/") + f"/conf/{dev}/{key}"
+            for g in ("conf", "neigh"):
+                if f".{g}." in name:
+                    head, rest = name.split(f".{g}.", 1)
+                    dev, key = rest.rsplit(".", 1)
+                    if "." in dev:   # a device name with dots: the slash form
+                        name = head.replace(".", "/") + f"/{g}/{dev}/{key}"
             return f"sysctl -w {_q(f'{name}={v}')}"
 
         for name in _GLOBALS:
@@ -2716,6 +2786,10 @@ class State:
             for fam, table in ((4, _CONF4), (6, _CONF6)):
                 for key in table:
                     name = f"net.ipv{fam}.conf.{scope}.{key}"
+                    if self.sysctls[name] != staged.sysctls[name]:
+                        lines.append(sysctl_line(name, self.sysctls[name]))
+                for key in _NEIGH if scope == "default" else ():
+                    name = f"net.ipv{fam}.neigh.default.{key}"
                     if self.sysctls[name] != staged.sysctls[name]:
                         lines.append(sysctl_line(name, self.sysctls[name]))
         # interfaces, in ifindex order
@@ -2772,6 +2846,10 @@ class State:
                     name = f"net.ipv{fam}.conf.{itf.name}.{key}"
                     if self.sysctls.get(name) != staged.sysctls.get(name):
                         lines.append(sysctl_line(name, self.sysctls[name]))
+                for key in _NEIGH:
+                    name = f"net.ipv{fam}.neigh.{itf.name}.{key}"
+                    if self.sysctls.get(name) != staged.sysctls.get(name):
+                        lines.append(sysctl_line(name, self.sysctls[name]))
         # addresses
         for itf in sorted(self.interfaces.values(), key=lambda x: x.ifindex):
             addrs = list(itf.addrs)
@@ -2787,6 +2865,9 @@ class State:
         for (dev, addr), mac in self.neighbours.items():
             lines.append(f"ip -{addr.version} neigh add {addr} lladdr {_mac_str(mac)} "
                          f"dev {_q(dev)} nud permanent")
+        for (dev, addr), router in self.proxies.items():
+            lines.append(f"ip -{addr.version} neigh add proxy {addr} dev {_q(dev)}"
+                         + (" router" if router else ""))
         if self.sr_tunsrc is not None:
             lines.append(f"ip sr tunsrc set {self.sr_tunsrc}")
         for keyid, (algo, secret) in self.hmac_keys.items():

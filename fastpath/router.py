@@ -154,6 +154,56 @@ class Router:
         with self._lock:
             return trace_packet(self, bytes(packet), iif, linktype)
 
+    def fib_lookup(self, family: int, daddr, saddr=None, iif=None):
+        """The route the datapath's input lookup gives a packet from
+        ``saddr`` to ``daddr`` received on ``iif`` (control plane, Python:
+        the same rules, l3mdev/VRF handling and compiled LPMs as
+        fib_rules.pxi's fib6_walk / fib4_lookup, without a packet, so no
+        counter moves).  Returns ``(type, dev)``: the route's type
+        ("unicast", "local", "unreachable", ...) and the device of its first
+        live nexthop (None without one); ("unreachable", None) when nothing
+        matched."""
+        import ipaddress
+        from .tables import _live, _nexthop_dev
+        st, t = self.state, self._tables
+        d = ipaddress.ip_address(daddr)
+        s = ipaddress.ip_address(saddr) if saddr is not None else None
+        l3 = None
+        if iif is not None and iif in st.interfaces:
+            itf = st.interfaces[iif]
+            if itf.kind == "vrf":
+                l3 = itf
+            elif itf.master is not None and st.interfaces.get(itf.master) is not None:
+                l3 = st.interfaces[itf.master]
+            if l3 is not None:
+                iif = l3.name           # l3mdev_update_flow: the flow's iif is the VRF
+        for ru in st.rules.get(family, []):
+            if ru.l3mdev and l3 is None:
+                continue
+            if not ru.l3mdev and ru.iif is not None and ru.iif != iif:
+                continue
+            if ru.src is not None and (s is None or s not in ru.src):
+                continue
+            if ru.dst is not None and d not in ru.dst:
+                continue
+            if ru.action != "lookup":
+                return (ru.action, None)
+            table = l3.vrf_table if ru.l3mdev else ru.table
+            lpm = t.lpms.get((family, table))
+            if lpm is None:
+                continue
+            v = lpm.lookup(d)
+            r = t.dst_routes.get(v) if v else None
+            if r is None or r.type == "throw":
+                continue
+            dev = None
+            for nh in r.nexthops:
+                if len(r.nexthops) == 1 or _live(nh, st):
+                    dev = _nexthop_dev(nh, st)
+                    break
+            return (r.type, dev)
+        return ("unreachable", None)
+
     def counters(self) -> dict:
         """Per-reason packet counts since the last reset, and the per-route
         counters of seg6local routes configured with ``count`` (the kernel's
@@ -261,8 +311,7 @@ def _apply_config(st, tables, text, defer_lpm):
                                  f"{len(tables.free_dsts)} free of {tables.max_dsts} "
                                  "(raise max_routes)")
         # the small tables are rebuilt only when something in them changed
-        small = (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
-                 st.sysctls) != saved
+        small = st.small_tables() != saved
         routes_before = dict(st.routes) if full else None
     except BaseException:
         st.rollback(saved)
@@ -277,8 +326,8 @@ def _apply_config(st, tables, text, defer_lpm):
         except BaseException:
             # (before any route entry changed) back to the state before
             from .config import RouteTable
-            (st.interfaces, st.rules, st.neighbours, st.sr_tunsrc, st.hmac_keys,
-             st.sysctls) = saved
+            (st.interfaces, st.rules, st.neighbours, st.proxies, st.sr_tunsrc, st.hmac_keys,
+             st.sysctls, st._vrf_rules_added) = saved
             st.routes = RouteTable(routes_before)
             compile_tables(st, tables, defer_lpm=defer_lpm)
             raise

@@ -366,3 +366,22 @@ def test_from_file_streams_and_names_the_bad_line(tmp_path):
     with open(f) as fh, pytest.raises(ConfigError):
         r2.configure(fh)
     assert r2.dump() == before
+
+
+def test_small_tables_rebuilt_only_when_they_change(monkeypatch):
+    """A route-only configure leaves the devices, addresses, neighbours and
+    rules tables alone; a link change rebuilds them (and the answers after
+    either are checked against a fresh compile by the sequences above)."""
+    import fastpath.tables as T
+    calls = []
+    real = T._compile_small
+    monkeypatch.setattr(T, "_compile_small", lambda t, s: (calls.append(1), real(t, s)))
+    r = Router()
+    r.configure(BASE)
+    calls.clear()
+    r.configure("ip -6 route add 2001:db8:77::/48 via 2001:db8:1::2")
+    assert calls == []
+    r.configure("ip link set tun2 mtu 1400")
+    assert calls == [1]
+    r.configure("ip -6 neigh add 2001:db8:1::2 lladdr 02:00:00:00:00:01 dev tun0")
+    assert calls == [1, 1]

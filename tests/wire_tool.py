@@ -7,7 +7,8 @@ every one was answered.
 ``python wire_tool.py xchg DEV HEXFRAME KIND [TIMEOUT]``: send one Ethernet
 frame on DEV from a packet socket and print, in hex, the first frame that
 comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136;
-``echo-reply``: ICMP type 0 or ICMPv6 type 129), or nothing.
+``echo-reply``: ICMP type 0 or ICMPv6 type 129), or nothing; ``KIND=HEX``
+only the ARP reply whose sender IP / the NA whose target is HEX.
 
 ``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR;
 ``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived;
@@ -67,6 +68,8 @@ def ping(addr, count=3, timeout=2.0, interval=0.2):
 
 
 def xchg(dev, frame, kind, timeout=2.0):
+    kind, _, want = kind.partition("=")
+    want = bytes.fromhex(want) if want else None
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
     s.bind((dev, 0))
     s.send(frame)
@@ -79,9 +82,11 @@ def xchg(dev, frame, kind, timeout=2.0):
         if addr[2] == socket.PACKET_OUTGOING:
             continue
         et = struct.unpack_from("!H", data, 12)[0]
-        if kind == "arp-reply" and et == 0x0806 and data[20:22] == b"\0\2":
+        if kind == "arp-reply" and et == 0x0806 and data[20:22] == b"\0\2" and (
+                want is None or data[28:32] == want):
             return data
-        if kind == "na" and et == 0x86DD and data[20] == 58 and data[54] == 136:
+        if kind == "na" and et == 0x86DD and data[20] == 58 and data[54] == 136 and (
+                want is None or data[62:78] == want):
             return data
         if kind == "echo-reply" and ((et == 0x0800 and data[23] == 1 and data[34] == 0) or
                                      (et == 0x86DD and data[20] == 58 and data[54] == 129)):

@@ -619,7 +619,9 @@ def neigh_line(msg, ifnames: dict, links: Optional[dict] = None) -> Optional[str
     if dev is None:
         raise NotSupported(what, f"ifindex {msg['ifindex']} is not a device of this namespace")
     if msg["flags"] & NTF_PROXY:
-        raise NotSupported(what, "proxy neighbour")
+        # a pneigh entry (pneigh_fill_info: NUD_NONE, the entry's flags)
+        return (f"ip -{fam} neigh add proxy {ipaddress.ip_address(dst)} dev {C._q(dev)}"
+                + (" router" if msg["flags"] & 0x80 else ""))
     state = msg["state"]
     a = ipaddress.ip_address(dst)
     if not ll or state & (NUD_INCOMPLETE | NUD_FAILED):

@@ -73,6 +73,73 @@ def system_interface(name: str) -> dict:
     return {"ifindex": ifindex, "mac": mac, "mtu": mtu}
 
 
+class Proxy:
+    """What the neighbour subsystem asks the configuration for proxy ARP and
+    proxy NDP (control plane, once per ARP request / NS the router does not
+    answer for itself): the running Router's sysctls, pneigh entries
+    (``ip neigh add proxy``) and its input route lookup (Router.fib_lookup:
+    the rules, the VRF of an enslaved device, the LPMs)."""
+
+    def __init__(self, live):
+        self.live = live
+
+    def _dev(self, ifindex):
+        return self.live.links[ifindex].name
+
+    def arp(self, ifindex, sip: bytes, tip: bytes) -> bool:
+        """arp_process's proxy condition after ip_route_input_noref(tip, sip,
+        dev) gave a unicast route: IN_DEV_FORWARD, then arp_fwd_proxy (the
+        route's device is not this one, IN_DEV_PROXY_ARP = all or dev,
+        medium_id 0), arp_fwd_pvlan (the same device, proxy_arp_pvlan, sip
+        != tip), or pneigh_lookup(tip, dev) with the route through another
+        device (no sysctl needed)."""
+        r = self.live.router
+        st, dev = r.state, self._dev(ifindex)
+        if not st.forwarding(4, dev):
+            return False
+        t = ipaddress.IPv4Address(tip)
+        if t.is_multicast or t.is_unspecified or t.is_loopback or tip == b"\xff" * 4:
+            return False          # martian destinations: no route
+        typ, out = r.fib_lookup(4, t, ipaddress.IPv4Address(sip), dev)
+        if typ != "unicast" or out is None:
+            return False
+
+        def orconf(key):
+            return st.sysctl(f"net.ipv4.conf.all.{key}") or st.sysctl(f"net.ipv4.conf.{dev}.{key}")
+        if out != dev:
+            return bool(orconf("proxy_arp")) or st.proxy_entry(dev, t) is not None
+        return bool(orconf("proxy_arp_pvlan")) and sip != tip
+
+    def ndp(self, ifindex, target: bytes):
+        """ndisc_recv_ns: the device's forwarding, all.proxy_ndp or the
+        device's, and a pneigh entry for the target on it: its NTF_ROUTER;
+        None when the NS is not answered."""
+        st, dev = self.live.router.state, self._dev(ifindex)
+        if not st.sysctl(f"net.ipv6.conf.{dev}.forwarding"):
+            return None
+        if not (st.sysctl("net.ipv6.conf.all.proxy_ndp") or
+                st.sysctl(f"net.ipv6.conf.{dev}.proxy_ndp")):
+            return None
+        return st.proxy_entry(dev, ipaddress.IPv6Address(target))
+
+    def ip6_forward(self, ifindex, daddr: bytes) -> bool:
+        """ip6_forward's proxy check for a unicast NS to ``daddr``: only
+        all.proxy_ndp counts there (not the device's), with a pneigh entry
+        for the destination on the ingress device."""
+        st, dev = self.live.router.state, self._dev(ifindex)
+        return bool(st.sysctl("net.ipv6.conf.all.proxy_ndp")) and \
+            st.proxy_entry(dev, ipaddress.IPv6Address(daddr)) is not None
+
+    def delay(self, family, ifindex) -> float:
+        """net.ipv{4,6}.neigh.DEV.proxy_delay, in seconds (USER_HZ 1/100 s)."""
+        return self.live.router.state.sysctl(
+            f"net.ipv{family}.neigh.{self._dev(ifindex)}.proxy_delay") / 100.0
+
+    def qlen(self, family, ifindex) -> int:
+        return self.live.router.state.sysctl(
+            f"net.ipv{family}.neigh.{self._dev(ifindex)}.proxy_qlen")
+
+
 def _prelude(names, sysinfo) -> str:
     return "".join(f"ip link set dev {n} address {':'.join(f'{b:02x}' for b in sysinfo[n]['mac'])}"
                    f" mtu {sysinfo[n]['mtu']}\n" for n in names)
@@ -173,7 +240,7 @@ class Live:
                 static[(st.interfaces[dev].ifindex, addr.version, addr.packed)] = mac
         local4 = [a.ip.packed for i in st.interfaces.values() for a in i.addrs if a.version == 4]
         self.neigh = Neighbours(links, self._send_one, time.monotonic, static=static,
-                                params=self.neigh_params, local4=local4,
+                                params=self.neigh_params, local4=local4, proxy=Proxy(self),
                                 forwarding=bool(st.sysctl("net.ipv6.conf.all.forwarding")))
         # rows for the largest frame: the MTU (system's or configuration's)
         # plus Ethernet and one 802.1Q tag, behind the headroom
@@ -480,7 +547,7 @@ class Live:
         out = [f"{a} dev {d} lladdr {':'.join(f'{x:02x}' for x in m)} PERMANENT"
                for (d, a), m in st.neighbours.items()
                if (st.interfaces[d].ifindex, a.version, a.packed) in self.neigh.static]
-        return out + self.neigh.dump()
+        return out + self.neigh.dump() + st.proxy_show()
 
 
 def _add_reasons(a: dict, b: dict) -> dict:

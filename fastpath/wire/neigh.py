@@ -190,6 +190,9 @@ def ns_frame(eth_dst, src_mac, src, dst, target) -> bytes:
     return ipv6_frame(eth_dst, src_mac, src, dst, icmp)
 
 
+allnodes6 = bytes.fromhex("ff020000000000000000000000000001")
+
+
 def _nd_options(opts: bytes):
     """ndisc_parse_options: {type: value}; None when an option is malformed
     (zero length or running past the packet)."""
@@ -210,7 +213,7 @@ class Neighbours:
     transmits one frame; ``clock()`` is the time in seconds (monotonic)."""
 
     def __init__(self, links, send, clock, static=(), params=None, rng=None, forwarding=True,
-                 local4=()):
+                 local4=(), proxy=None):
         self.links = {l.ifindex: l for l in links}
         self.send = send
         self.clock = clock
@@ -223,6 +226,13 @@ class Neighbours:
         # RTN_LOCAL on any device, arp_ignore 0), loopback ones excepted
         self.local4 = {a for a in local4 if not a[0] == 127}
         self.changes: dict = {}             # key -> mac or None (delete)
+        # proxy ARP / NDP: an object with arp(ifindex, sip, tip) -> bool,
+        # ndp(ifindex, target) -> None or NTF_ROUTER, delay(family, ifindex)
+        # -> seconds, qlen(family, ifindex) (see Proxy in wire.live); None: off
+        self.proxy = proxy
+        # pneigh_enqueue's proxy_queue: [when, seq, ifindex, family, frame]
+        self.proxy_queue: list = []
+        self._pq_seq = 0
         # indexes kept by Entry.__setattr__, so that the per-batch questions
         # (any stale entry in use? the next timer?) do not walk every entry
         self.stale: set = set()
@@ -230,7 +240,8 @@ class Neighbours:
         self.counters = {"arp_requests_rx": 0, "arp_replies_rx": 0, "arp_replies_tx": 0,
                          "arp_requests_tx": 0, "ns_rx": 0, "na_rx": 0, "na_tx": 0, "ns_tx": 0,
                          "nd_invalid": 0, "queued": 0, "sent_after_resolution": 0,
-                         "neigh_failed": 0, "neigh_queuefull": 0}
+                         "neigh_failed": 0, "neigh_queuefull": 0, "proxy_arp_tx": 0,
+                         "proxy_na_tx": 0, "proxy_delayed": 0, "proxy_qlen_drop": 0}
 
     # ------------------------------------------------------------------
     # state machine (net/core/neighbour.c)
@@ -364,11 +375,46 @@ class Neighbours:
         return list(self.stale)
 
     def next_timer(self):
-        return min((self.entries[k].timer for k in self.timed), default=None)
+        t = min((self.entries[k].timer for k in self.timed), default=None)
+        if self.proxy_queue:
+            q = self.proxy_queue[0][0]
+            t = q if t is None else min(t, q)
+        return t
+
+    def _proxy_enqueue(self, link, family, frame):
+        """pneigh_enqueue: the request is answered after a random time below
+        proxy_delay (get_random_u32_below, in jiffies: uniform here), by
+        running it through arp_process / ndisc_recv_ns again (proxy_redo,
+        LOCALLY_ENQUEUED); dropped while the device's queue holds more than
+        proxy_qlen."""
+        qlen = sum(1 for x in self.proxy_queue if x[2] == link.ifindex and x[3] == family)
+        if qlen > self.proxy.qlen(family, link.ifindex):
+            self.counters["proxy_qlen_drop"] += 1
+            return
+        when = self.clock() + self.rng.random() * self.proxy.delay(family, link.ifindex)
+        self._pq_seq += 1
+        self.proxy_queue.append((when, self._pq_seq, link.ifindex, family, frame))
+        self.proxy_queue.sort()
+        self.counters["proxy_delayed"] += 1
+
+    def _proxy_process(self, now):
+        """neigh_proxy_process: the queued requests that are due."""
+        while self.proxy_queue and self.proxy_queue[0][0] <= now:
+            _w, _s, ifindex, family, frame = self.proxy_queue.pop(0)
+            link = self.links.get(ifindex)
+            if link is None:
+                continue
+            if family == 4:
+                self._arp_rcv(link, frame, requeued=True)
+            else:
+                self._ndisc_rcv(link, frame, requeued=True)
 
     def tick(self):
-        """neigh_timer_handler for every entry whose timer is due."""
+        """neigh_timer_handler for every entry whose timer is due (and the
+        proxy queue's)."""
         now = self.clock()
+        if self.proxy_queue:
+            self._proxy_process(now)
         for e in [self.entries[k] for k in self.timed]:
             if e.timer is None or e.timer > now:
                 continue
@@ -468,8 +514,9 @@ class Neighbours:
         elif et == ETH_P_IPV6:
             self._ndisc_rcv(link, frame)
 
-    def _arp_rcv(self, link, f):
-        """arp_rcv / arp_process for Ethernet + IPv4."""
+    def _arp_rcv(self, link, f, requeued=False):
+        """arp_rcv / arp_process for Ethernet + IPv4 (``requeued``: a proxied
+        request out of the proxy queue, LOCALLY_ENQUEUED)."""
         if len(f) < 42:
             return
         hrd, pro, hln, pln, op = struct.unpack_from("!HHBBH", f, 14)
@@ -480,8 +527,10 @@ class Neighbours:
             return            # ipv4_is_multicast(sip), loopback / multicast tip
         if sha[0] & 1:
             return
-        dst_is_us = f[0:6] == link.mac
-        if op == 1:
+        dst_is_us = f[0:6] == link.mac            # skb->pkt_type == PACKET_HOST
+        if requeued:
+            pass
+        elif op == 1:
             self.counters["arp_requests_rx"] += 1
         else:
             self.counters["arp_replies_rx"] += 1
@@ -500,6 +549,25 @@ class Neighbours:
             self.send(link.ifindex, arp_frame(2, sha, link.mac, tip, sha, sip))
             self.counters["arp_replies_tx"] += 1
             return
+        if op == 1 and self.proxy is not None and sip not in self.local4 \
+                and self.proxy.arp(link.ifindex, sip, tip):
+            # IN_DEV_FORWARD and a unicast route to tip through another
+            # device with proxy_arp (arp_fwd_proxy) or a pneigh entry, or
+            # back through this one with proxy_arp_pvlan: neigh_event_ns,
+            # then the reply at once for a request to our MAC, one out of
+            # the proxy queue or with proxy_delay 0, else pneigh_enqueue
+            e = self._lookup(link.ifindex, 4, sip, create=True)
+            if e is not None:
+                self.update(e, sha, STALE, override=True)
+            if requeued or dst_is_us or self.proxy.delay(4, link.ifindex) == 0:
+                self.send(link.ifindex, arp_frame(2, sha, link.mac, tip, sha, sip))
+                self.counters["arp_replies_tx"] += 1
+                self.counters["proxy_arp_tx"] += 1
+            else:
+                self._proxy_enqueue(link, 4, f)
+            return
+        if requeued:
+            return
         e = self._lookup(link.ifindex, 4, sip)
         if e is not None and e.state != PERMANENT:
             # a reply (or a request for someone else) refreshes what we had;
@@ -507,7 +575,7 @@ class Neighbours:
             state = REACHABLE if (op == 2 and dst_is_us) else STALE
             self.update(e, sha, state, override=True)
 
-    def _ndisc_rcv(self, link, f):
+    def _ndisc_rcv(self, link, f, requeued=False):
         """ndisc_rcv for NS and NA (RFC 4861 7.1 validity checks)."""
         if len(f) < 14 + 40 + 24:
             return
@@ -531,15 +599,40 @@ class Neighbours:
             self.counters["nd_invalid"] += 1
             return
         if typ == 135:
-            self._ns_rcv(link, f, src, dst, target, opts)
+            self._ns_rcv(link, f, src, dst, target, opts, requeued)
         elif typ == 136:
             self._na_rcv(link, f, src, dst, icmp, target, opts)
+
+    def _na_source(self, link, daddr: bytes):
+        """ipv6_dev_get_saddr(dev, daddr), simplified: an address of the
+        destination's scope (link-local for a link-local or link-scope
+        multicast destination, only the device's; else a global one: RFC
+        6724 rule 2), the device's first (rule 5, the outgoing interface),
+        the longest common prefix next (rule 8); None without one."""
+        d = ipaddress.IPv6Address(daddr)
+        want_ll = d.is_link_local or (d.is_multicast and (daddr[1] & 0x0F) <= 2)
+        links = [link] if want_ll else [link] + [l for l in self.links.values() if l is not link]
+        for l in links:
+            best, score = None, -1
+            for a in l.addrs6:
+                if a.ip.is_link_local != want_ll:
+                    continue
+                common = 128 - (int(a.ip) ^ int(d)).bit_length()
+                if common > score:
+                    best, score = a.ip.packed, common
+            if best is not None:
+                return best
+        return None
+
+    def _local6(self, addr):
+        return any(a.ip.packed == addr for l in self.links.values() for a in l.addrs6)
 
     def _ours6(self, link, target):
         return any(a.ip.packed == target for a in link.addrs6)
 
-    def _ns_rcv(self, link, f, saddr, daddr, target, opts):
-        self.counters["ns_rx"] += 1
+    def _ns_rcv(self, link, f, saddr, daddr, target, opts, requeued=False):
+        if not requeued:
+            self.counters["ns_rx"] += 1
         dad = not any(saddr)
         inc = daddr[0] == 0xFF
         lladdr = opts.get(1)
@@ -550,14 +643,41 @@ class Neighbours:
         if dad and (daddr != solicited_node(target) or lladdr is not None):
             self.counters["nd_invalid"] += 1
             return
-        if not self._ours6(link, target):
-            return
         is_router = self.forwarding
+        proxied = False
+        src = target
+        if not self._ours6(link, target):
+            # forwarding on the device, proxy_ndp (all or dev) and a pneigh
+            # entry (pndisc_is_router: R is the entry's NTF_ROUTER); a
+            # multicast NS not from the proxy queue waits a random time
+            # below proxy_delay (pneigh_enqueue)
+            r = self.proxy.ndp(link.ifindex, target) if self.proxy is not None else None
+            if r is None:
+                return
+            if not inc and not dad and not self._local6(daddr) and \
+                    not self.proxy.ip6_forward(link.ifindex, daddr):
+                # a unicast NS to an address not ours reaches ndisc_recv_ns
+                # only through ip6_forward's proxy check (all.proxy_ndp --
+                # not the device's -- and a pneigh entry for the destination);
+                # else the kernel forwards it (hop limit 254: the target
+                # ignores it) and fastpath drops it
+                return
+            is_router, proxied = bool(r), True
+            if not requeued and f[0:6] != link.mac and inc \
+                    and self.proxy.delay(6, link.ifindex) != 0:
+                self._proxy_enqueue(link, 6, f)
+                return
+            # ndisc_send_na: the target is not ours, the source is
+            # ipv6_dev_get_saddr(dev, daddr); override only for our own
+            src = self._na_source(link, allnodes6 if dad else saddr)
+            if src is None:
+                return
         if dad:
-            allnodes = bytes.fromhex("ff020000000000000000000000000001")
-            self.send(link.ifindex, na_frame(mcast_mac6(allnodes), link.mac, target, allnodes,
-                                             target, is_router, False, True, True))
+            allnodes = allnodes6
+            self.send(link.ifindex, na_frame(mcast_mac6(allnodes), link.mac, src, allnodes,
+                                             target, is_router, False, not proxied, True))
             self.counters["na_tx"] += 1
+            self.counters["proxy_na_tx"] += proxied
             return
         # __neigh_lookup(create = !inc || lladdr): the sender stale
         e = self._lookup(link.ifindex, 6, saddr, create=(not inc) or lladdr is not None)
@@ -573,13 +693,14 @@ class Neighbours:
             if e is not None and e.state not in VALID:
                 # unicast NS without SLLAO from an unknown host: the NA waits
                 # for resolution, as ndisc_send_skb's neighbour output would
-                na = na_frame(bytes(6), link.mac, target, saddr, target, is_router, True,
-                              inc, inc)
+                na = na_frame(bytes(6), link.mac, src, saddr, target, is_router, True,
+                              inc and not proxied, inc)
                 self.resolve(link.ifindex, 6, saddr, [na])
             return
-        self.send(link.ifindex, na_frame(mac, link.mac, target, saddr, target, is_router, True,
-                                         inc, inc))
+        self.send(link.ifindex, na_frame(mac, link.mac, src, saddr, target, is_router, True,
+                                         inc and not proxied, inc))
         self.counters["na_tx"] += 1
+        self.counters["proxy_na_tx"] += proxied
         if e is not None:
             self.used(link.ifindex, 6, saddr)
 
