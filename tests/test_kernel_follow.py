@@ -140,6 +140,15 @@ STEPS = [
 ]
 
 
+
+def _reap(p):
+    """A CLI subprocess killed if a test left it running, its pipes closed."""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+    p.stdout.close()
+    p.stderr.close()
+
 def test_every_kind_of_change_is_followed():
     with ko.KernelOracle(ifaces=("tun0", "tun1", "tun2")) as k:
         k.configure(BEFORE)
@@ -437,11 +446,7 @@ def test_cli_import_follow_exits_0_on_sigterm():
             reader.join(10)
             err = p.stderr.read()
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            _reap(p)
     assert p.returncode == 0, err
     assert err == "" and "Traceback" not in err
 
@@ -483,11 +488,7 @@ def test_replay_follow_applies_changes_while_it_runs(tmp_path):
             p.wait(timeout=120)
             out, err = p.stdout.read(), p.stderr.read()
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            _reap(p)
     assert p.returncode == 0, err
     d = json.loads(out)
     assert d["packets"] == 40000
