@@ -255,7 +255,7 @@ class Tables:
         if need <= len(a):
             return a
         g = self._zeros(max(2 * len(a), need), a.dtype)
-        g[:len(a)] = a
+        g[:len(a)] = a                  # (np.concatenate would drop a record's padding)
         return g
 
     def new_lpm(self, family: int) -> Lpm:
@@ -274,12 +274,8 @@ class Tables:
                 raise ValueError(f"route table full: {self.max_dsts} route entries "
                                  "(raise max_routes)")
             old = len(self.dsts)
-            grown = np.zeros(2 * old, dtype=DST_DTYPE)   # (np.concatenate would drop the padding)
-            grown[:old] = self.dsts
-            self.dsts = grown
-            words = np.zeros(2 * old, dtype=np.uint32)
-            words[:old] = self.dfast
-            self.dfast = words
+            self.dsts = self._grown(self.dsts, 2 * old)
+            self.dfast = self._grown(self.dfast, 2 * old)
             self.free_dsts = list(range(2 * old - 1, old - 1, -1))
         return self.free_dsts.pop()
 
