@@ -621,6 +621,47 @@ def _parse_addr(tok: str, fam: Optional[int], what: str = "address") -> IPAddres
     return a
 
 
+class _Net4(ipaddress.IPv4Network):
+    """An IPv4Network that computes its hash once.  A route's prefix is
+    hashed a dozen times per change (the keys of the routes, their indexes
+    and the compiled entries all hold it) and ipaddress hashes in Python.
+    Equal to, and hashed as, the IPv4Network of the same prefix."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_h")
+        if h is None:
+            h = self._h = hash(int(self.network_address) ^ int(self.netmask))
+        return h
+
+    def __eq__(self, other):
+        if type(other) is type(self):
+            return (self._prefixlen == other._prefixlen
+                    and self.network_address._ip == other.network_address._ip)
+        return ipaddress.IPv4Network.__eq__(self, other)
+
+    def __repr__(self):
+        return f"IPv4Network('{self}')"
+
+
+class _Net6(ipaddress.IPv6Network):
+    """As _Net4, for IPv6."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_h")
+        if h is None:
+            h = self._h = hash(int(self.network_address) ^ int(self.netmask))
+        return h
+
+    def __eq__(self, other):
+        if type(other) is type(self):
+            return (self._prefixlen == other._prefixlen
+                    and self.network_address._ip == other.network_address._ip)
+        return ipaddress.IPv6Network.__eq__(self, other)
+
+    def __repr__(self):
+        return f"IPv6Network('{self}')"
+
+
 def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
     """-> (address, prefix length, masked network), or None for default/all/any."""
     if tok in ("default", "all", "any"):
@@ -643,7 +684,7 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
     # IPv6 address and format the error -- a third of a route line's parse;
     # and the masked integer: an address object with strict=False costs 7x)
     v = int(a) & (((1 << maxlen) - 1) ^ ((1 << (maxlen - n)) - 1))
-    return a, n, (ipaddress.IPv4Network if a.version == 4 else ipaddress.IPv6Network)((v, n))
+    return a, n, (_Net4 if a.version == 4 else _Net6)((v, n))
 
 
 def _parse_mac(tok: str) -> bytes:
@@ -1355,22 +1396,39 @@ class State:
 
     def begin(self):
         """Start changing this State in place: the small tables (interfaces,
-        rules, neighbours, sysctls, keys) are copied, the routes get an
-        overlay (RouteTable.begin), so the cost is that of the change, not of
-        the routes.  Returns what ``rollback`` restores."""
+        rules, neighbours, sysctls, keys) are copied before the first command
+        that changes one, the routes get an overlay (RouteTable.begin), so
+        the cost is that of the change, not of the routes.  Returns what
+        ``rollback`` restores."""
         saved = self.small_tables()
-        self.interfaces = {n: replace(i, addrs=list(i.addrs)) for n, i in self.interfaces.items()}
-        self.rules = {f: list(v) for f, v in self.rules.items()}
-        self.neighbours = dict(self.neighbours)
-        self.proxies = dict(self.proxies)
-        self.hmac_keys = dict(self.hmac_keys)
-        self.sysctls = dict(self.sysctls)
+        # copy on write: the small tables stay saved's until a command
+        # changes one (_own_small), so a configure of route lines only
+        # neither copies them nor has them compared
+        self._cow = True
         self.routes.begin()
         # what addresses resolve to (a gateway's device, whether it is ours)
         # is looked up per route line: cached during the transaction, and
-        # emptied by every command that is not a route (see _ip)
-        self._addrc = {}
+        # emptied by every command that is not a route (see _ip); kept from
+        # the last transaction while its interfaces are still these
+        kept = self.__dict__.get("_addrc_kept")
+        self._addrc = kept[1] if kept is not None and kept[0] is self.interfaces else {}
+        self._addrc_kept = None
         return saved
+
+    def _own_small(self):
+        """Before the first change of a small table in a transaction: this
+        State's own copies of them (``begin`` left them shared with what it
+        saved).  Every command but a route one calls it first, and so does
+        a route line that creates an interface (``_create``)."""
+        if self.__dict__.get("_cow"):
+            self._cow = False
+            self.interfaces = {n: replace(i, addrs=list(i.addrs))
+                               for n, i in self.interfaces.items()}
+            self.rules = {f: list(v) for f, v in self.rules.items()}
+            self.neighbours = dict(self.neighbours)
+            self.proxies = dict(self.proxies)
+            self.hmac_keys = dict(self.hmac_keys)
+            self.sysctls = dict(self.sysctls)
 
     def run(self, text: str):
         """Apply lines inside ``begin``/``commit``: ConfigError (line-numbered)
@@ -1380,12 +1438,16 @@ class State:
     def commit(self) -> list:
         """End the transaction: (route key, before, after) of the routes it
         changed (None: absent), see RouteTable.pending."""
+        if self._addrc is not None:
+            self._addrc_kept = (self.interfaces, self._addrc)
         self._addrc = None
+        self._cow = False
         return self.routes.commit()
 
     def rollback(self, saved):
         """Undo everything since ``begin`` (which returned ``saved``)."""
         self._addrc = None
+        self._cow = False
         (self.interfaces, self.rules, self.neighbours, self.proxies, self.sr_tunsrc,
          self.hmac_keys, self.sysctls, self._vrf_rules_added) = saved
         self.routes.rollback()
@@ -1430,6 +1492,7 @@ class State:
     # -- interfaces -----------------------------------------------------------
     def _create(self, name, kind=None, mtu=1500, mac=None, link=None, vlan=None,
                 vrf_table=None) -> Interface:
+        self._own_small()
         idx = max((i.ifindex for i in self.interfaces.values()), default=0) + 1
         itf = Interface(name, idx, True, mtu, mac, [], vlan, kind, link, vrf_table)
         self.interfaces[name] = itf
@@ -1573,6 +1636,7 @@ class State:
         elif base == "sysctl":
             if self.__dict__.get("_addrc"):
                 self._addrc = {}          # (a sysctl may take addresses away)
+            self._own_small()
             self._sysctl(toks[1:])
         else:
             raise _err(f"unknown command '{cmd}' (expected 'ip' or 'sysctl')", cmd)
@@ -1633,6 +1697,7 @@ class State:
         # of the transaction (begin) goes, before and after
         if self.__dict__.get("_addrc"):
             self._addrc = {}
+        self._own_small()
         try:
             self._ip_other(obj, objtok, fam, rest)
         finally:
@@ -2313,7 +2378,7 @@ class State:
         else:
             # (the /32 from the integer: ip_network(address) prints and
             # parses the address again)
-            local = self.routes.get((4, RT_TABLE_LOCAL, ipaddress.IPv4Network((int(gw), 32)), 0))
+            local = self.routes.get((4, RT_TABLE_LOCAL, _Net4((int(gw), 32)), 0))
             bad = (int(gw) == 0 or gw.is_multicast or int(gw) == 0xFFFFFFFF or gw.is_loopback
                    or self._is_local_addr(gw)
                    or (local is not None and local.type in ("local", "broadcast")))

@@ -20,7 +20,8 @@ from . import _datapath
 from .batch import LINKTYPES, Batch
 from .config import ConfigError, State
 from .reasons import REASON_IDS, REASON_NAMES
-from .tables import RESERVED_DSTS, RTN_NAMES, _raw, compile_tables, plan_delta, update_tables
+from .tables import (RESERVED_DSTS, RTN_NAMES, _raw, compile_tables, plan_delta, same_load_key,
+                     update_tables)
 
 MODES = ("noref", "refcount")
 USE_STATS = ("lazy", "shared")
@@ -42,6 +43,7 @@ class Router:
         self._lock = threading.RLock()
         self._dp = _datapath.Datapath()
         self._dp.set_mode(mode, use_stats)
+        self._loaded = None            # Tables.load_key of the last Datapath.load
         self._tables = compile_tables(self.state)
         self._load()
 
@@ -120,8 +122,17 @@ class Router:
             t.retired = []
 
     def _load(self):
-        self._dp.load(*self._tables.arrays(), dfast=self._tables.dfast,
-                      **load_kwargs(self.state, self._tables))
+        """Point the datapath at the tables.  When only route entries, their
+        fast-path words and LPM entries changed (in place), the datapath
+        already reads them: its route caches are emptied instead of a reload
+        (Tables.load_key tells)."""
+        t = self._tables
+        key = t.load_key(self.state)
+        if same_load_key(key, self._loaded):
+            self._dp.flush_route_caches()
+            return
+        self._dp.load(*t.arrays(), dfast=t.dfast, **load_kwargs(self.state, t))
+        self._loaded = key
 
     def dump(self) -> str:
         """The configuration as iproute2/sysctl lines (``configure`` accepts it)."""
@@ -286,14 +297,15 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
 
 
 def _apply_config(st, tables, text, defer_lpm):
-    env = _env(st)
     saved = st.begin()
     try:
         st.run(text)
         changed = st.routes.pending()
         _check_changed_gateways(st, changed)
         prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
-        env_changed = _env(st) != env
+        # (begin copies the interfaces before the first command that changes
+        # them: the same dict, nothing of them changed)
+        env_changed = st.interfaces is not saved[0] and _env(st.interfaces) != _env(saved[0])
         full = False
         if env_changed:
             more = _env_affected(st, saved[0])
@@ -468,10 +480,11 @@ def ip_fragment(pkt: bytes, mtu: int) -> list:
     return out
 
 
-def _env(state) -> tuple:
+def _env(interfaces) -> tuple:
     """What every route's compiled entry may depend on besides the route:
-    the devices, their ifindexes, state and addresses."""
-    return tuple((n, i.ifindex, i.up, tuple(i.addrs)) for n, i in state.interfaces.items())
+    the devices (``State.interfaces``), their ifindexes, state and
+    addresses."""
+    return tuple((n, i.ifindex, i.up, tuple(i.addrs)) for n, i in interfaces.items())
 
 
 def _env_affected(state, old_interfaces):

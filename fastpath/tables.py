@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import operator
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +61,11 @@ DST_DTYPE = _rec([
     ("hoplimit", "u1", 25), ("plen", "u1", 26), ("mtu", "<u4", 28), ("metric", "<u4", 32),
     ("prefsrc", "16u1", 36), ("lastuse", "<u4", 52), ("use", "<u8", 56)], 64)
 _ZERO_DST = np.zeros(1, dtype=DST_DTYPE)[0]
+# DST_DTYPE packed in one go (_install: one store of the record instead of
+# a numpy field assignment per field)
+_DST_PACK = struct.Struct("<iIBBBBIIIBBBxII16sIQ")
+assert _DST_PACK.size == DST_DTYPE.itemsize
+_ZERO_DST_BYTES = bytes(DST_DTYPE.itemsize)
 PCPU_DTYPE = _rec([("refcnt", "<i4", 0), ("lastuse", "<u4", 4), ("use", "<u8", 8)], 16)
 NH_DTYPE = _rec([
     ("gw", "16u1", 0), ("oif", "<u4", 16), ("upper_bound", "<i4", 20),
@@ -199,6 +206,13 @@ class Tables:
     # routes of a 220k-prefix table via a handful of neighbours keep a
     # handful of rows (and adjacencies) in cache, not one line per route.
     nh_shared: dict = field(default_factory=dict)
+    # Shared rows whose last route went: (gw, ifindex, weight) -> row, oldest
+    # first, kept as written (no route points at them) for a nexthop that
+    # comes back -- a route flapping between two gateways then writes no
+    # row, and a Router need not load its datapath again.  Beyond
+    # ``nh_idle_max`` the oldest is zeroed and freed.
+    nh_idle: dict = field(default_factory=dict)
+    nh_idle_max: int = 64
     throw_tables: set = field(default_factory=set)   # (family, table) holding throw routes
     throw_count: dict = field(default_factory=dict)  # (family, table) -> throw entries
     s6l_recs: dict = field(default_factory=dict)     # s6l index -> record
@@ -219,6 +233,10 @@ class Tables:
     alloc: object = None
     defer: bool = False
     lpm_pending: list = field(default_factory=list)  # (Lpm, network, dst or 0 to delete), see apply_lpm
+    # Bumped whenever a nexthop row or a seg6local record is written: what
+    # Datapath.load derives from them (adjacencies, the records' private
+    # copy) is then stale, and a Router loads again (see load_key)
+    rows_version: int = 0
 
     def __post_init__(self):
         if self.dsts is None:
@@ -296,7 +314,19 @@ class Tables:
         the seg6local indexes freed (their counters are to be cleared)."""
         freed = []
         entries = list(entries)
-        if entries:
+        if 0 < len(entries) <= 8:
+            # a few: each record zeroed through one view, its generation
+            # bumped (numpy's vectorised stores cost more on so few)
+            mv = memoryview(self.dsts.view(np.uint8))
+            size = _DST_PACK.size
+            for e in entries:
+                self.dfast[e.dst] = 0
+                off = e.dst * size
+                gen = (int.from_bytes(mv[off + 4:off + 8], "little") + 1) & 0xFFFFFFFF
+                mv[off:off + size] = _ZERO_DST_BYTES
+                mv[off + 4:off + 8] = gen.to_bytes(4, "little")
+                self.free_dsts.append(e.dst)
+        elif entries:
             # the entries themselves in three vectorised stores
             idx = np.fromiter((e.dst for e in entries), dtype=np.int64, count=len(entries))
             gens = (self.dsts["gen"][idx].astype(np.uint64) + 1) & 0xFFFFFFFF
@@ -313,6 +343,7 @@ class Tables:
                 freed.append(e.s6l)
             self.blob_pool.release(*e.blob)
         if freed:
+            self.rows_version += 1
             idx = np.asarray(freed, dtype=np.int64)
             self.s6l_arr[idx] = np.zeros(1, dtype=S6L_DTYPE)
             self.s6l_gen[idx] += 1
@@ -322,10 +353,17 @@ class Tables:
         """The first of the rows of a new entry's nexthops (shared with the
         other routes of the same single nexthop); written here when new."""
         key = _nh_key(sig_nhs)
-        if key is not None and key in self.nh_shared:
-            self.nh_shared[key][1] += 1
-            return self.nh_shared[key][0]
+        if key is not None:
+            sh = self.nh_shared.get(key)
+            if sh is not None:
+                sh[1] += 1
+                return sh[0]
+            row = self.nh_idle.pop(key, None)
+            if row is not None:
+                self.nh_shared[key] = [row, 1]
+                return row
         first = self.nh_pool.alloc(len(sig_nhs))
+        self.rows_version += 1
         if key is not None:
             self.nh_shared[key] = [first, 1]
         self.nh_arr = self._grown(self.nh_arr, first + len(sig_nhs))
@@ -349,8 +387,15 @@ class Tables:
             if self.nh_shared[key][1]:
                 return
             del self.nh_shared[key]
-        self.nh_arr[e.nh_first:e.nh_first + e.nh_count] = np.zeros(1, dtype=NH_DTYPE)
-        self.nh_pool.release(e.nh_first, e.nh_count)
+            self.nh_idle[key] = e.nh_first
+            while len(self.nh_idle) > self.nh_idle_max:
+                self._free_nh_rows(self.nh_idle.pop(next(iter(self.nh_idle))), 1)
+            return
+        self._free_nh_rows(e.nh_first, e.nh_count)
+
+    def _free_nh_rows(self, first: int, count: int):
+        self.nh_arr[first:first + count] = np.zeros(1, dtype=NH_DTYPE)
+        self.nh_pool.release(first, count)
 
     def arrays(self):
         """Arguments of ``Datapath.load`` (the raw uint8 views; the strict
@@ -360,6 +405,37 @@ class Tables:
         return (_raw(self.dsts), _raw(self.nhs), _raw(self.devs), _raw(self.addrs),
                 _raw(self.neighs), _raw(self.rules[6]), _raw(self.rules[4]), lpm6, lpm4,
                 _raw(self.s6l), self.srh_blob, _raw(self.hmac_keys))
+
+
+    def load_key(self, state) -> tuple:
+        """Everything ``Datapath.load`` reads besides the contents of the
+        route entries, their fast-path words and the LPMs, which change in
+        place: the arrays themselves (replaced when they grow), the
+        versions of the rows it derives state from, the small tables and
+        the rows strict lookups and throw routes use.  Equal keys
+        (``same_load_key``): a reload would give the datapath what it
+        already has, and emptying its route caches is enough.  Two parts:
+        objects compared by identity, values compared by value."""
+        (interfaces, rules, neighbours, proxies, tunsrc, keys, sysctls,
+         vrf_rules) = state.small_tables()
+        objs = [self.dsts, self.dfast, self.nh_arr, self.devs, self.addrs, self.neighs,
+                self.rules.get(6), self.rules.get(4), self.s6l_arr, self.blob, self.hmac_keys,
+                self.strict6, interfaces, rules, neighbours, proxies, keys, sysctls]
+        for lp in self.lpms.values():
+            objs.append(lp.tbl24)
+            objs.append(lp.groups)
+        vals = (self.nh_pool.end, self.rows_version, self.s6l_pool.end, self.blob_pool.end,
+                tuple(self.lpms), tuple(self.slots.get(6, ())), tuple(self.slots.get(4, ())),
+                frozenset(self.throw_tables), tunsrc, vrf_rules)
+        return objs, vals
+
+
+def same_load_key(a, b) -> bool:
+    """Whether two ``Tables.load_key`` results are the same."""
+    if a is None or b is None:
+        return False
+    return (len(a[0]) == len(b[0]) and all(map(operator.is_, a[0], b[0]))
+            and a[1] == b[1])
 
 
 def _encap_type(encap) -> int:
@@ -707,29 +783,33 @@ def _diff_strict(t: Tables, state, strict) -> tuple:
 
 def _install(t: Tables, e: _Entry) -> None:
     """Allocate and write the route entry (and nexthop rows) of a new
-    _Entry."""
+    _Entry (the entry's generation kept; its encap index is set by
+    _compile_seg6local)."""
     r = e.route
     sig_nhs = e.sig[2]
     e.dst = t._alloc_dst()
     e.nh_count = len(sig_nhs)
     e.nh_first = t._alloc_nexthops(sig_nhs)
-    gen = int(t.dsts[e.dst]["gen"])
-    t.dsts[e.dst] = _ZERO_DST
-    d = t.dsts[e.dst]
-    d["gen"] = gen
-    d["refcnt"] = 1                  # the FIB's own reference
-    d["type"] = RTN[r.type]
-    d["family"] = r.family
-    d["table"] = r.table
-    d["metric"] = r.metric
-    d["plen"] = r.prefix.prefixlen
-    d["mtu"] = r.mtu or 0
-    d["hoplimit"] = r.hoplimit or 0
-    d["nh_first"] = e.nh_first
-    d["nh_count"] = e.nh_count
-    d["prefsrc"] = addr16(r.src) if r.src is not None else 0
-    d["flags"] = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
-    d["encap_type"] = _encap_type(r.encap)
+    mv = memoryview(t.dsts.view(np.uint8))
+    off = e.dst * _DST_PACK.size
+    gen = int.from_bytes(mv[off + 4:off + 8], "little")
+    src = r.src.packed.ljust(16, b"\0") if r.src is not None else bytes(16)
+    flags = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
+    mv[off:off + _DST_PACK.size] = _DST_PACK.pack(
+        1,                           # refcnt: the FIB's own reference
+        gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
+        _encap_type(r.encap), r.hoplimit or 0, r.prefix.prefixlen, r.mtu or 0, r.metric, src,
+        0, 0)
+
+
+def _fast_word(e: _Entry) -> int:
+    """_fast_words of one complete new entry, from its route (no dead flag
+    on a new entry)."""
+    r = e.route
+    if (r.family == 6 and r.type == "unicast" and r.encap is None and e.nh_count == 1
+            and not r.mtu):
+        return e.nh_first + 1
+    return 0
 
 
 # route types a strict-interface lookup can return: the others (blackhole,
@@ -883,11 +963,12 @@ def _hmac_key_records(state) -> np.ndarray:
     return keys
 
 
-def _compile_seg6local(t: Tables, state, entries) -> None:
+def _compile_seg6local(t: Tables, state, entries, keys: bool = True) -> None:
     """One S6L record per new seg6local route entry, and per new ``encap
     seg6`` route (action S6_HEADEND); dst.encap indexes it, at an index that
     stays the entry's until it is reclaimed; SRH templates likewise in the
-    blob."""
+    blob.  ``keys``: the HMAC key records are made again too (False: the
+    keys did not change)."""
     from .config import SEG6LOCAL_ACTIONS
     for e in entries:
         enc = e.route.encap
@@ -915,6 +996,7 @@ def _compile_seg6local(t: Tables, state, entries) -> None:
         else:
             continue
         e.s6l = t.s6l_pool.alloc(1)
+        t.rows_version += 1
         t.dsts[e.dst]["encap"] = e.s6l
         t.s6l_recs[e.s6l] = rec
         t.s6l_arr = t._grown(t.s6l_arr, e.s6l + 1)
@@ -923,7 +1005,8 @@ def _compile_seg6local(t: Tables, state, entries) -> None:
         while len(t.s6l_routes) <= e.s6l:
             t.s6l_routes.append(None)
         t.s6l_routes[e.s6l] = e.route
-    t.hmac_keys = _hmac_key_records(state)
+    if keys or t.hmac_keys is None:
+        t.hmac_keys = _hmac_key_records(state)
 
 
 def _seg6local_slots(t: Tables, made=None) -> None:
@@ -942,6 +1025,8 @@ def _seg6local_slots(t: Tables, made=None) -> None:
         todo = [e.s6l for e in made if e.s6l >= 0]
     slot6 = {tb: k for k, tb in enumerate(slots[0])}
     slot4 = {tb: k for k, tb in enumerate(slots[1])}
+    if todo:
+        t.rows_version += 1
     for k in todo:
         enc = t.s6l_routes[k].encap
         if _encap_type(enc) != ENCAP_SEG6LOCAL:
@@ -1076,10 +1161,13 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
         lpm = t.lpms.get((fam, table))
         if lpm is not None:
             pending.append((lpm, net, 0))
-    _compile_seg6local(t, state, made_entries)
-    if made_entries:
+    _compile_seg6local(t, state, made_entries, keys=small)
+    if len(made_entries) > 16:
         idx = np.fromiter((e.dst for e in made_entries), dtype=np.int64, count=len(made_entries))
         t.dfast[idx] = _fast_words(t.dsts[idx])
+    else:
+        for e in made_entries:
+            t.dfast[e.dst] = _fast_word(e)
     for (fam, table, net), e in made:
         lpm = t.lpms.get((fam, table))
         if lpm is None:

@@ -112,10 +112,27 @@ ip -6 route add 2001:db8:13::/48 nexthop via 2001:db8:2::2 dev tun1 nexthop via 
     out = r.process(Batch.from_packets([pkt], iif="tun0", linktype="ethernet")).results()[0]
     assert (out.verdict, out.oif, out.nexthop) == ("forward", "tun1", "2001:db8:2::2")
     r.configure("ip -6 route del 2001:db8:11::/48")
-    assert not t.nh_arr[row:row + 1].view(np.uint8).any()     # freed with its last route
+    # idle with its last route gone: kept as written for the nexthop's return
+    assert list(t.nh_idle.values()) == [row] and row not in [v[0] for v in t.nh_shared.values()]
+    version = t.rows_version
+    r.configure("ip -6 route add 2001:db8:11::/48 via 2001:db8:2::2 dev tun1")
+    assert _entry(t, "2001:db8:11::/48").nh_first == row and t.rows_version == version
+    assert not t.nh_idle
+    # another gateway: a row of its own, not the idle one
+    r.configure("ip -6 route del 2001:db8:11::/48")
     r.configure("ip -6 route add 2001:db8:20::/48 via 2001:db8:2::4 dev tun1")
-    assert _entry(t, "2001:db8:20::/48").nh_first == row      # and reused
-    assert bytes(t.nhs[row]["gw"]) == ipaddress.ip_address("2001:db8:2::4").packed
+    row4 = _entry(t, "2001:db8:20::/48").nh_first
+    assert row4 != row and t.rows_version > version
+    # beyond nh_idle_max idle rows the oldest is zeroed, freed and reused
+    t.nh_idle_max = 0
+    r.configure("ip -6 route del 2001:db8:20::/48")
+    assert not t.nh_idle
+    assert not t.nh_arr[row:row + 1].view(np.uint8).any()
+    assert not t.nh_arr[row4:row4 + 1].view(np.uint8).any()
+    r.configure("ip -6 route add 2001:db8:21::/48 via 2001:db8:2::5 dev tun1")
+    first = _entry(t, "2001:db8:21::/48").nh_first
+    assert bytes(t.nh_arr[first]["gw"]) == ipaddress.ip_address("2001:db8:2::5").packed
+    assert first in (row, row4)                                 # a freed row, reused
 
 
 @pytest.mark.parametrize("seed", range(3))
