@@ -193,17 +193,58 @@ def feed_lines(n4: int, n6: int) -> dict:
 
 
 _FEED_LOAD = r"""
-import json, resource, sys, time
+import json, resource, statistics, sys, time
 from fastpath import Router
+path, repeat, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ALT = {"10.0.1.2": "10.0.1.3", "%(gw6)s": "%(alt6)s"}
+
+def changes(r, lines, repeat, batch):
+    # single replaces (each to the other gateway and back: each one a change),
+    # then one configure of `batch` replaces, on the routes of `lines`
+    step = max(1, len(lines) // (repeat + batch + 1))
+    pick = lines[::step]
+    one = []
+    for ln in pick[:repeat]:
+        p, gw = ln.split()[2], ln.split()[4]
+        for g in (ALT[gw], gw):
+            t = time.perf_counter()
+            r.configure(f"route replace {p} via {g} dev eth0\n")
+            one.append(time.perf_counter() - t)
+    many = "".join(f"route replace {ln.split()[2]} via {ALT[ln.split()[4]]} dev eth0\n"
+                   for ln in pick[repeat:repeat + batch])
+    t = time.perf_counter()
+    r.configure(many)
+    bt = time.perf_counter() - t
+    n = many.count("\n")
+    return {"replace_one_median_s": statistics.median(one), "replace_one_runs": len(one),
+            "batch": n, "replace_batch_s": bt, "replace_batch_routes_per_s": n / bt if bt else None}
+
+with open(path) as f:
+    head = [ln for ln in f if ln.startswith("ip ") or ln.startswith("sysctl")]
+with open(path) as f:
+    sample = []
+    for ln in f:
+        if ln.startswith("route "):
+            sample.append(ln)
+            if len(sample) >= 1000:
+                break
+small = Router()
+small.configure("".join(head + sample))
+small_res = changes(small, sample, repeat, min(batch, 500))
+del small
 t = time.perf_counter(); c = time.process_time()
-r = Router.from_file(sys.argv[1])
+r = Router.from_file(path)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with open(path) as f:
+    lines = [ln for ln in f if ln.startswith("route ")]
+res = changes(r, lines, repeat, batch)
 print(json.dumps({"load_s": wall, "load_cpu_s": cpu, "entries": len(r._tables.entries),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": rss, "changes": res, "changes_1k": small_res}))
 """
 
 
-def bench_feed(n4: int, n6: int, kernel: bool) -> dict:
+def bench_feed(n4: int, n6: int, kernel: bool, repeat: int = 21, batch: int = 1000) -> dict:
     """Load the feed from a configuration file in a fresh process
     (Router.from_file: streamed), its time and peak RSS; as root, the
     kernel's ``ip -batch`` of the same routes in a namespace beside it."""
@@ -219,8 +260,8 @@ def bench_feed(n4: int, n6: int, kernel: bool) -> dict:
         env["PYTHONPATH"] = os.pathsep.join(
             [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        p = subprocess.run([sys.executable, "-c", _FEED_LOAD, cfg], capture_output=True, text=True,
-                           env=env)
+        p = subprocess.run([sys.executable, "-c", _FEED_LOAD % {"gw6": FEED_GW[6], "alt6": GW[1]},
+                            cfg, str(repeat), str(batch)], capture_output=True, text=True, env=env)
         if p.returncode:
             raise OSError(f"feed load failed: {p.stderr.strip().splitlines()[-1:]}")
         res["fastpath"] = json.loads(p.stdout.strip().splitlines()[-1])
@@ -234,6 +275,25 @@ def bench_feed(n4: int, n6: int, kernel: bool) -> dict:
                         f.writelines(lines[fam])
                     k[f"ipv{fam}_s"] = _timed(lambda: ns.ip(f"-{fam}", "-batch", path))
                 k["load_s"] = k["ipv4_s"] + k["ipv6_s"]
+                # the same changes: single replaces (one ip process each) and
+                # a batch through ip -batch
+                allr = lines[4] + lines[6]
+                step = max(1, len(allr) // (repeat + batch + 1))
+                pick = allr[::step]
+                alt = {FEED_GW[4]: "10.0.1.3", FEED_GW[6]: GW[1]}
+                one = []
+                for ln in pick[:repeat]:
+                    w = ln.split()
+                    one.append(_timed(lambda: ns.ip("route", "replace", w[2], "via", alt[w[4]],
+                                                    "dev", "eth0")))
+                path = os.path.join(d, "kbatch")
+                with open(path, "w") as f:
+                    f.writelines(f"route replace {ln.split()[2]} via {alt[ln.split()[4]]} dev eth0\n"
+                                 for ln in pick[repeat:repeat + batch])
+                nb = min(batch, max(0, len(pick) - repeat))
+                k["replace_one_median_s"] = statistics.median(one) if one else None
+                k["replace_batch_s"] = _timed(lambda: ns.ip("-batch", path)) if nb else None
+                k["batch"] = nb
                 res["kernel"] = k
     return res
 
@@ -368,6 +428,18 @@ def print_report(res):
               f"{f['peak_rss_mb']:.0f} MB"
               + (f"; kernel ip -batch {k['load_s']:.1f} s (IPv4 {k['ipv4_s']:.1f} s, IPv6 "
                  f"{k['ipv6_s']:.1f} s)" if k else ""))
+        ch, c1 = f.get("changes"), f.get("changes_1k")
+        if ch:
+            print(f"  one replace on it: median {_fmt_s(ch['replace_one_median_s'])} "
+                  f"({_fmt_s(c1['replace_one_median_s'])} on its first 1000 routes, "
+                  f"{ch['replace_one_median_s'] / c1['replace_one_median_s']:.2f}x)"
+                  + (f"; kernel {_fmt_s(k['replace_one_median_s'])} (one ip process)"
+                     if k and k.get("replace_one_median_s") else ""))
+            print(f"  {ch['batch']} replaces in one configure: {_fmt_s(ch['replace_batch_s'])} "
+                  f"({ch['replace_batch_routes_per_s'] or 0:.0f} changes/s)"
+                  + (f"; kernel ip -batch {_fmt_s(k['replace_batch_s'])} "
+                     f"({k['batch'] / k['replace_batch_s']:.0f} changes/s)"
+                     if k and k.get("replace_batch_s") else ""))
     if res["kernel"] is not None:
         print(f"kernel: not run ({res['kernel']})")
     else:
@@ -448,7 +520,8 @@ def main(argv=None) -> int:
                 row["kernel"] = bench_kernel(n, args.repeat, args.batch)
             res["results"].append(row)
         if args.feed:
-            res["feed"] = bench_feed(args.feed[0], args.feed[1], why_not is None)
+            res["feed"] = bench_feed(args.feed[0], args.feed[1], why_not is None, args.repeat,
+                                     args.batch)
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print_report(res)
         if args.json:
