@@ -73,7 +73,8 @@ from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
 from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, load_kwargs,
                      prepare_batch)
-from .tables import DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm
+from .tables import (DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm,
+                     same_load_key)
 
 __all__ = ["Dataplane", "DataplaneError"]
 
@@ -630,6 +631,7 @@ class Dataplane:
         self._dead = set()
         self._pending = []                # retired entries waiting for their references to drop
         self._snap_no = 0
+        self._published = None            # Tables.load_key of the newest snapshot
         self._arena = None
         self._lock = threading.RLock()    # one configure at a time (a follower thread may call it)
         self.cpus = self._choose_cpus(workers, cpus, placement, oversubscribe)
@@ -770,27 +772,19 @@ class Dataplane:
            second grace period; then the retired entries nobody holds are
            reclaimed (zeroed, generation bumped, rows and records freed)
            and the LPM groups in limbo become reusable.
+
+        When nothing a snapshot holds or names changed (Tables.load_key:
+        no small table, no array replaced, no nexthop row or seg6local
+        record written -- a change of routes between existing nexthops),
+        step 2 is left out: the workers' per-load state already covers the
+        new entries, which only the LPM stores of step 3 make reachable.
         """
         t = self._tables
         reserve_lpm(t)
-        self._snap_no += 1
-        name = f"{self.prefix}snap{self._snap_no}"
-        shm, named = _write_snapshot(name, t, self._arena, load_kwargs(self.state, t),
-                                     dict(t.ifindex), dict(t.ifnames))
-        self._segments[name] = shm
-        _datapath.atomic_store64(self._ctl, C_SNAP, self._snap_no)
-        self._bump_seq()
-        if self._procs:
-            self.synchronize()
-        # (by exact name: the stage segments' names begin with an "s" too,
-        # and unlinking those under a batch in flight broke it)
-        for old in [n for n in self._segments
-                    if n.startswith(self.prefix + "snap") and n[len(self.prefix) + 4:].isdigit()
-                    and n != name]:
-            self._unlink(old)
-        live = named | self._arena_live()
-        for seg in [n for n in self._arena.segs if n not in live]:
-            self._arena.unlink(seg)
+        key = t.load_key(self.state)
+        if not same_load_key(key, self._published):
+            self._publish_snapshot(t)
+            self._published = key
         lpms = list(t.lpms.values())
         for lpm in lpms:
             lpm.frozen = True
@@ -812,6 +806,28 @@ class Dataplane:
         for lpm in lpms:
             lpm.release_deferred()
         self._reclaim()
+
+    def _publish_snapshot(self, t):
+        """Step 2 of _publish: a new snapshot, published, a grace period,
+        then the segments only older snapshots named are unlinked."""
+        self._snap_no += 1
+        name = f"{self.prefix}snap{self._snap_no}"
+        shm, named = _write_snapshot(name, t, self._arena, load_kwargs(self.state, t),
+                                     dict(t.ifindex), dict(t.ifnames))
+        self._segments[name] = shm
+        _datapath.atomic_store64(self._ctl, C_SNAP, self._snap_no)
+        self._bump_seq()
+        if self._procs:
+            self.synchronize()
+        # (by exact name: the stage segments' names begin with an "s" too,
+        # and unlinking those under a batch in flight broke it)
+        for old in [n for n in self._segments
+                    if n.startswith(self.prefix + "snap") and n[len(self.prefix) + 4:].isdigit()
+                    and n != name]:
+            self._unlink(old)
+        live = named | self._arena_live()
+        for seg in [n for n in self._arena.segs if n not in live]:
+            self._arena.unlink(seg)
 
     def _bump_seq(self):
         _datapath.atomic_store64(self._ctl, C_SEQ, int(self._ctl[C_SEQ]) + 1, fence=True)

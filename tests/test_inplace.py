@@ -188,6 +188,36 @@ def test_groups_growing_during_a_configure_while_forwarding():
         assert [int(x) for x in b.oif] == [dp.tables.ifindex["eth1"]] * 2
 
 
+def test_a_change_between_existing_nexthops_publishes_no_snapshot():
+    """A configure that writes no nexthop row, seg6local record or small
+    table (Tables.load_key unchanged) leaves step 2 of the publication out:
+    no new snapshot, and the workers still forward by the new entries; one
+    that writes a row, or changes a small table, publishes one."""
+    cfg, pkts, iif = scenario("End")
+    cfg += "\nip -6 route add 2a00:1::/48 via 2001:db8:2::2 dev eth1\n"
+    with Dataplane(cfg, workers=2, check_gen=True) as dp:
+        def hop(dst):
+            out = dp.process(_batch([dst], pkts, iif)).results()[0]
+            assert (out.verdict, out.oif) == ("forward", "eth1"), out
+            return str(out.nexthop)
+
+        n = dp._snap_no
+        dp.configure("ip -6 route add 2a00:2::/48 via 2001:db8:2::2 dev eth1")
+        assert dp._snap_no == n and hop("2a00:2::1") == "2001:db8:2::2"
+        dp.configure("ip -6 route replace 2a00:2::/48 via 2001:db8:2::9 dev eth1")   # a new row
+        assert dp._snap_no == n + 1 and hop("2a00:2::1") == "2001:db8:2::9"
+        dp.configure("ip -6 route replace 2a00:2::/48 via 2001:db8:2::2 dev eth1")
+        dp.configure("ip -6 route replace 2a00:1::/48 via 2001:db8:2::9 dev eth1")   # an idle row
+        assert dp._snap_no == n + 1
+        assert hop("2a00:2::1") == "2001:db8:2::2" and hop("2a00:1::1") == "2001:db8:2::9"
+        dp.configure("ip -6 route del 2a00:2::/48")
+        assert dp._snap_no == n + 1
+        assert dp.process(_batch(["2a00:2::1"], pkts, iif)).results()[0].verdict != "forward"
+        dp.configure("sysctl -w net.ipv6.conf.all.hop_limit=33")                     # a small table
+        assert dp._snap_no == n + 2 and hop("2a00:1::1") == "2001:db8:2::9"
+        assert dp.counters()["gen_violations"] == 0
+
+
 def _batch(dsts, pkts, iif):
     from scapy.layers.inet import UDP
     from scapy.layers.inet6 import IPv6
