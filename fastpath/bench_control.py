@@ -203,13 +203,14 @@ def changes(r, lines, repeat, batch):
     # then one configure of `batch` replaces, on the routes of `lines`
     step = max(1, len(lines) // (repeat + batch + 1))
     pick = lines[::step]
-    one = []
+    one, cpu = [], []
     for ln in pick[:repeat]:
         p, gw = ln.split()[2], ln.split()[4]
         for g in (ALT[gw], gw):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             r.configure(f"route replace {p} via {g} dev eth0\n")
             one.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
     many = "".join(f"route replace {ln.split()[2]} via {ALT[ln.split()[4]]} dev eth0\n"
                    for ln in pick[repeat:repeat + batch])
     t = time.perf_counter()
@@ -217,6 +218,7 @@ def changes(r, lines, repeat, batch):
     bt = time.perf_counter() - t
     n = many.count("\n")
     return {"replace_one_median_s": statistics.median(one), "replace_one_runs": len(one),
+            "replace_one_cpu_median_s": statistics.median(cpu),
             "batch": n, "replace_batch_s": bt, "replace_batch_routes_per_s": n / bt if bt else None}
 
 with open(path) as f:
@@ -431,6 +433,7 @@ def print_report(res):
         ch, c1 = f.get("changes"), f.get("changes_1k")
         if ch:
             print(f"  one replace on it: median {_fmt_s(ch['replace_one_median_s'])} "
+                  f"({_fmt_s(ch.get('replace_one_cpu_median_s'))} CPU) "
                   f"({_fmt_s(c1['replace_one_median_s'])} on its first 1000 routes, "
                   f"{ch['replace_one_median_s'] / c1['replace_one_median_s']:.2f}x)"
                   + (f"; kernel {_fmt_s(k['replace_one_median_s'])} (one ip process)"
