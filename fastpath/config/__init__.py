@@ -109,7 +109,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional, Union
 
-from .tables import _holds_strict
+from ..tables import _holds_strict
 
 __all__ = [
     "ConfigError", "State", "Interface", "Nexthop", "Seg6Local", "Seg6Encap", "Route", "Rule",
