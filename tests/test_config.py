@@ -9,16 +9,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-try:
-    from fastpath import config as C
-except Exception:  # the package may be mid-edit by others: load the module alone
-    import importlib.util
-    import sys
-    _p = pathlib.Path(__file__).resolve().parents[1] / "fastpath" / "config.py"
-    _spec = importlib.util.spec_from_file_location("fastpath_config_standalone", _p)
-    C = importlib.util.module_from_spec(_spec)
-    sys.modules[_spec.name] = C
-    _spec.loader.exec_module(C)
+from fastpath import config as C
 
 State, ConfigError = C.State, C.ConfigError
 N = ipaddress.ip_network
@@ -1010,3 +1001,51 @@ def test_prefix_parse_masks_as_ip_network(a, plen):
     got = _parse_prefix(tok, 6)[2]
     assert got == ipaddress.ip_network(tok, strict=False) and str(got) == str(
         ipaddress.ip_network(tok, strict=False))
+
+
+# ---------------------------------------------------------------------------
+# the package: fastpath/config.py cut into files per iproute2 object (issue
+# 20), every name the module had still importable from fastpath.config
+_MODULE_NAMES = """
+    IPAddress IPNetwork IPInterface V4 V6 ConfigError _err _unsupported RT_TABLE_UNSPEC
+    RT_TABLE_DEFAULT RT_TABLE_MAIN RT_TABLE_LOCAL TABLE_NAMES _TABLE_IDS ROUTE_TYPES
+    REJECT_TYPES _LOCAL_TABLE_TYPES RT_PROTOS _PROTO_BY_NAME RT_SCOPES _SCOPE_BY_NAME
+    SEG6LOCAL_ATTRS SEG6LOCAL_FLAVORS SEG6_ENCAP_MODES SEG6LOCAL_UNSUPPORTED NEXT_CSID_LBLEN
+    NEXT_CSID_NFLEN SEG6_HMAC_SECRET_LEN HMAC_ALGOS ActionDesc _desc _RFC8986
+    SEG6LOCAL_ACTIONS _FLAVOR_ORDER default_mac Interface Nexthop Seg6Local Seg6Encap Route
+    Rule _RULE_ACTIONS _default_rules _INT_MAX _CONF6 _CONF4 _CONF _NEIGH _GLOBALS _ALIASES
+    _sysctl_defaults SYSCTL_DEFAULTS _INT_RE _MAC_RE _V4PART_RE _SPECIAL_CHARS _split_line
+    _logical_lines _q _Cur _int _num _parse_v4 _v6 _fam_name _parse_addr _Net4 _Net6
+    _parse_prefix _parse_mac _mac_str _check_ifname _table _table_str _matches _segs
+    _check_srh_len _RouteSpec _ROUTE_UNSUPPORTED _SEG6LOCAL_KW _SEG6_KW _Where _set_fam
+    _parse_gw _parse_seg6local _build_seg6local _parse_seg6 _parse_nexthop _parse_route
+    _GONE _v4_user_local RouteTable State _default_scope4 _encap_args _route_common
+    _route_add_line _route_del_line _rule_line
+""".split()
+_STATE_MEMBERS = """
+    __init__ _FIELDS __eq__ __hash__ __repr__ copy apply _run small_tables begin _own_small
+    run commit rollback proxy_show proxy_entry sysctl seg6_enabled forwarding _create _iface
+    l3mdev_table _auto_for _reconcile _is_local_addr _exec _IP_OBJECTS _BATCH_OBJECTS
+    _IP_DISPLAY_OPTS _ip _ip_other _LINK_UNSUPPORTED _ip_link _link_settings
+    _apply_link_settings _set_master _link_del _vrf_bound _link_set _link_add _ip_tuntap
+    _ip_addr _ADDR_UNSUPPORTED _parse_addr_cmd _addr_modify _addr_del _ip_route _route_flush
+    _resolve_common _build_route _check_gw _route_del _RULE_UNSUPPORTED _ip_rule _ip_neigh
+    _ip_sr _canon_sysctl _unknown_sysctl _sysctl _set_sysctl _vrftable_refused dump
+""".split()
+
+
+def test_package_keeps_every_name_of_the_old_module():
+    assert [n for n in _MODULE_NAMES if not hasattr(C, n)] == []
+    assert set(C.__all__) <= set(_MODULE_NAMES)
+    assert [n for n in _STATE_MEMBERS if n not in dir(State)] == []
+    # one object each: the names of the package are those of its modules
+    from fastpath.config import lwtunnel, route, state
+    assert C.SEG6LOCAL_ACTIONS is lwtunnel.SEG6LOCAL_ACTIONS and C.State is state.State
+    assert C._parse_route is route._parse_route
+
+
+def test_state_and_routes_pickle():
+    s = State().apply("ip -6 route add fc00::/64 encap seg6 mode encap segs fc00::1 dev x\n"
+                      "ip -6 route add fc00::1/128 encap seg6local action End dev x")
+    s2 = pickle.loads(pickle.dumps(s))
+    assert s2 == s and s2.dump() == s.dump() and isinstance(s2.routes, C.RouteTable)

@@ -2,7 +2,8 @@
 # behaviour, the helpers it names (advance_nextseg, seg6_lookup_any_nexthop,
 # decap_and_validate, the flavors), the counters and the dispatcher
 # (seg6_local_input). A behaviour's row of the kernel's seg6_action_table is
-# in fastpath/config.py (SEG6LOCAL_ACTIONS); its dispatch is seg6local_input.
+# in fastpath/config/lwtunnel.py (SEG6LOCAL_ACTIONS); its dispatch is
+# seg6local_input.
 
 
 cdef inline void advance_nextseg(uint8_t* ip6, int32_t srhoff) noexcept nogil:

@@ -1,0 +1,309 @@
+"""Lexical helpers: shell-like word splitting and logical lines (comments,
+backslash continuations: what a shell or ``ip -batch`` does to a line), the
+token cursor, and the parsers of numbers, IPv4/IPv6 addresses, prefixes,
+MACs, table ids and interface names as iproute2's lib/utils.c (get_addr,
+get_prefix, get_u32, matches) and lib/rt_names.c (rtnl_rttable_a2n) read
+them; ``_Net4``/``_Net6``, the prefixes that hash once."""
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import shlex
+import socket
+from typing import Iterator, Optional
+
+from .errors import ConfigError, _err
+from .objects import IPAddress, TABLE_NAMES, _TABLE_IDS
+
+
+_INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|[0-9]+)")
+_MAC_RE = re.compile(r"[0-9a-fA-F]{1,2}(:[0-9a-fA-F]{1,2}){5}")
+_V4PART_RE = re.compile(r"[0-9]{1,3}")
+_SPECIAL_CHARS = re.compile(r"['\"\\]")
+
+
+def _split_line(s: str) -> list:
+    """Shell-like word splitting with ``#`` comments at the start of a word."""
+    if not _SPECIAL_CHARS.search(s):
+        toks = s.split()
+        for i, t in enumerate(toks):
+            if t.startswith("#"):
+                return toks[:i]
+        return toks
+    toks, cur, in_word, i, n = [], [], False, 0, len(s)
+    while i < n:
+        c = s[i]
+        if c.isspace():
+            if in_word:
+                toks.append("".join(cur))
+                cur, in_word = [], False
+            i += 1
+            continue
+        if c == "#" and not in_word:
+            break
+        in_word = True
+        if c == "'":
+            j = s.find("'", i + 1)
+            if j < 0:
+                raise _err(f"unterminated quote: {s[i:]}", s[i:])
+            cur.append(s[i + 1:j])
+            i = j + 1
+        elif c == '"':
+            start = i
+            i += 1
+            while True:
+                if i >= n:
+                    raise _err(f"unterminated quote: {s[start:]}", s[start:])
+                c = s[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\" and i + 1 < n and s[i + 1] in '"\\$`':
+                    cur.append(s[i + 1])
+                    i += 2
+                    continue
+                cur.append(c)
+                i += 1
+        elif c == "\\":
+            if i + 1 < n:
+                cur.append(s[i + 1])
+            i += 2
+        else:
+            cur.append(c)
+            i += 1
+    if in_word:
+        toks.append("".join(cur))
+    return toks
+
+
+def _logical_lines(text) -> Iterator[tuple]:
+    """(first line number, text) per command, joining backslash continuations.
+    ``text``: a string, or an iterable of lines (an open text file: read as
+    it goes, never whole)."""
+    buf, start = None, 0
+    lines = text.splitlines() if isinstance(text, str) else (ln.rstrip("\r\n") for ln in text)
+    for n, raw in enumerate(lines, start=1):
+        line = raw
+        if buf is None:
+            start = n
+        stripped = line.rstrip()
+        cont = False
+        if not stripped.lstrip().startswith("#"):
+            k = len(stripped) - len(stripped.rstrip("\\"))
+            if k % 2 == 1:
+                cont = True
+                line = stripped[:-1]
+        buf = line if buf is None else buf + " " + line
+        if not cont:
+            yield start, buf
+            buf = None
+    if buf is not None:
+        yield start, buf
+
+
+def _q(s: str) -> str:
+    return shlex.quote(s)
+
+
+class _Cur:
+    """A cursor over the tokens of one command."""
+    __slots__ = ("toks", "i")
+
+    def __init__(self, toks, i=0):
+        self.toks, self.i = toks, i
+
+    def more(self) -> bool:
+        return self.i < len(self.toks)
+
+    def peek(self) -> Optional[str]:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self) -> str:
+        t = self.toks[self.i]
+        self.i += 1
+        return t
+
+    def arg(self, what: str) -> str:
+        """The value after the keyword just taken."""
+        if self.i >= len(self.toks):
+            kw = self.toks[self.i - 1] if self.i else ""
+            raise _err(f"missing {what} after '{kw}'", kw)
+        return self.take()
+
+
+def _int(tok: str, kw: str, lo: int, hi: int) -> int:
+    if not _INT_RE.fullmatch(tok):
+        raise _err(f"expected a number after '{kw}', got '{tok}'", tok)
+    v = int(tok, 0) if "x" in tok.lower() else int(tok, 10)
+    if not lo <= v <= hi:
+        raise _err(f"'{kw}' value {tok} out of range ({lo}..{hi})", tok)
+    return v
+
+
+def _num(cur: _Cur, kw: str, lo: int, hi: int) -> int:
+    return _int(cur.arg("a number"), kw, lo, hi)
+
+
+def _parse_v4(tok: str) -> Optional[ipaddress.IPv4Address]:
+    """iproute2's get_addr_ipv4: 1 to 4 dotted parts, missing ones are 0."""
+    if tok.count(".") == 3:
+        # the common dotted quad in C: inet_pton refuses leading zeros, which
+        # the parts below accept (as decimal)
+        try:
+            return ipaddress.IPv4Address(socket.inet_pton(socket.AF_INET, tok))
+        except OSError:
+            pass
+    parts = tok.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    vals = []
+    for p in parts:
+        if not _V4PART_RE.fullmatch(p) or int(p) > 255:
+            return None
+        vals.append(int(p))
+    vals += [0] * (4 - len(vals))
+    return ipaddress.IPv4Address(bytes(vals))
+
+
+@functools.lru_cache(maxsize=4096)      # addresses are immutable: gateways repeat
+def _v6(tok: str) -> ipaddress.IPv6Address:
+    """An IPv6 address from text: inet_pton (C, 0.5 us) first, ipaddress's
+    parser (6 us) for what it refuses, which raises ValueError or accepts
+    the same value (tests/test_config.py compares the two)."""
+    try:
+        return ipaddress.IPv6Address(socket.inet_pton(socket.AF_INET6, tok))
+    except OSError:
+        return ipaddress.IPv6Address(tok)
+
+
+def _fam_name(fam: int) -> str:
+    return "inet" if fam == 4 else "inet6"
+
+
+def _parse_addr(tok: str, fam: Optional[int], what: str = "address") -> IPAddress:
+    if ":" in tok:
+        a = None
+        if "%" not in tok and "/" not in tok:
+            try:
+                a = _v6(tok)
+            except ValueError:
+                a = None
+        if a is None:
+            raise _err(f"invalid {what} '{tok}'", tok)
+        if fam == 4:
+            raise _err(f"inet {what} is expected rather than '{tok}'", tok)
+        return a
+    a = _parse_v4(tok)
+    if a is None:
+        raise _err(f"invalid {what} '{tok}'", tok)
+    if fam == 6:
+        raise _err(f"inet6 {what} is expected rather than '{tok}'", tok)
+    return a
+
+
+class _Net4(ipaddress.IPv4Network):
+    """An IPv4Network that computes its hash once.  A route's prefix is
+    hashed a dozen times per change (the keys of the routes, their indexes
+    and the compiled entries all hold it) and ipaddress hashes in Python.
+    Equal to, and hashed as, the IPv4Network of the same prefix."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_h")
+        if h is None:
+            h = self._h = hash(int(self.network_address) ^ int(self.netmask))
+        return h
+
+    def __eq__(self, other):
+        if type(other) is type(self):
+            return (self._prefixlen == other._prefixlen
+                    and self.network_address._ip == other.network_address._ip)
+        return ipaddress.IPv4Network.__eq__(self, other)
+
+    def __repr__(self):
+        return f"IPv4Network('{self}')"
+
+
+class _Net6(ipaddress.IPv6Network):
+    """As _Net4, for IPv6."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_h")
+        if h is None:
+            h = self._h = hash(int(self.network_address) ^ int(self.netmask))
+        return h
+
+    def __eq__(self, other):
+        if type(other) is type(self):
+            return (self._prefixlen == other._prefixlen
+                    and self.network_address._ip == other.network_address._ip)
+        return ipaddress.IPv6Network.__eq__(self, other)
+
+    def __repr__(self):
+        return f"IPv6Network('{self}')"
+
+
+def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
+    """-> (address, prefix length, masked network), or None for default/all/any."""
+    if tok in ("default", "all", "any"):
+        return None
+    addr, sep, plen = tok.partition("/")
+    try:
+        a = _parse_addr(addr, fam, what)
+    except ConfigError as e:
+        if "expected rather" in e.message:
+            raise _err(f"{_fam_name(fam)} {what} is expected rather than '{tok}'", tok) from None
+        raise _err(f"invalid {what} '{tok}'", tok) from None
+    maxlen = 32 if a.version == 4 else 128
+    if sep:
+        if not re.fullmatch(r"[0-9]{1,3}", plen) or int(plen) > maxlen:
+            raise _err(f"invalid {what} '{tok}'", tok)
+        n = int(plen)
+    else:
+        n = maxlen
+    # (the family's class: ip_network would first try IPv4Network on an
+    # IPv6 address and format the error -- a third of a route line's parse;
+    # and the masked integer: an address object with strict=False costs 7x)
+    v = int(a) & (((1 << maxlen) - 1) ^ ((1 << (maxlen - n)) - 1))
+    return a, n, (_Net4 if a.version == 4 else _Net6)((v, n))
+
+
+def _parse_mac(tok: str) -> bytes:
+    if not _MAC_RE.fullmatch(tok):
+        raise _err(f"invalid link-layer address '{tok}'", tok)
+    return bytes(int(p, 16) for p in tok.split(":"))
+
+
+def _mac_str(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+def _check_ifname(name: str) -> str:
+    if (not name or len(name) > 15 or name in (".", "..")
+            or any(c in name for c in "/:") or any(c.isspace() for c in name)):
+        raise _err(f"invalid interface name '{name}'", name)
+    return name
+
+
+def _table(tok: str, kw: str = "table") -> int:
+    if tok in TABLE_NAMES:
+        return TABLE_NAMES[tok]
+    if tok == "unspec":
+        return 0
+    if not _INT_RE.fullmatch(tok):
+        raise _err(f"invalid table id '{tok}' after '{kw}' (a number, main, local or default)", tok)
+    return _int(tok, kw, 0, 2**32 - 1)
+
+
+def _table_str(t: int) -> str:
+    return _TABLE_IDS.get(t, str(t))
+
+
+def _matches(tok: str, words) -> Optional[str]:
+    """iproute2's matches(): the first word that ``tok`` abbreviates."""
+    if not tok:
+        return None
+    for w in words:
+        if w.startswith(tok):
+            return w
+    return None
