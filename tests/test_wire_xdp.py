@@ -1,0 +1,229 @@
+"""fastpath on the wire with ``--backend af_xdp`` (libxdp's default XDP
+program redirecting the veths' frames to AF_XDP sockets): the topology and
+helpers of tests/test_wire.py,
+
+    h1 (10.1.0.2, 2001:db8:1::2) --veth-- [r1  fastpath  r2] --veth-- h2 (10.2.0.2, 2001:db8:2::2)
+
+with kernel hosts and no static neighbours.  r's kernel is configured as the
+same router: the frames XDP redirects never reach its stack, so h2 seeing
+each echo request once proves no frame went both ways.  The XDP program is
+checked attached while fastpath runs and gone (``ip -d link``, and
+``xdp-loader status`` where installed) after every exit path.
+
+Skipped, with the reason, without root / namespaces (test_wire's reasons),
+when fastpath was built without libxdp, or when the kernel refuses an
+AF_XDP socket on a veth.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import test_wire as tw
+from test_wire import H1, H2, R, ROOT, TOOL, _flush_hosts, _nstat, _sh, _start, _stop, _tables
+from test_wire import topo  # noqa: F401  (the module's topology fixture)
+
+_PROBE = r"""
+import socket, sys, time
+from fastpath import _afxdp
+while open("/sys/class/net/xa/operstate").read().strip() != "up":
+    time.sleep(0.01)
+s = _afxdp.Socket("xa", socket.if_nametoindex("xa"))
+s.close()
+print("ok")
+"""
+
+
+def _why_skip():
+    if tw._SKIP:
+        return tw._SKIP
+    try:
+        import fastpath._afxdp  # noqa: F401
+    except ImportError:
+        return "fastpath built without libxdp (apt-get install libxdp-dev libbpf-dev; rebuild)"
+    ns = tw.P + "xp"
+    try:
+        _sh("ip", "netns", "add", ns)
+        _sh("ip", "-n", ns, "link", "add", "xa", "type", "veth", "peer", "name", "xb")
+        _sh("ip", "-n", ns, "link", "set", "xa", "up")
+        _sh("ip", "-n", ns, "link", "set", "xb", "up")
+        r = _sh(sys.executable, "-c", _PROBE, ns=ns, check=False,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        if r.stdout.strip() != "ok":
+            return f"AF_XDP socket on veth refused: {(r.stderr.strip().splitlines() or ['?'])[-1][:120]}"
+    except subprocess.CalledProcessError as e:
+        return f"network namespaces / veth not available: {e.stderr.strip()[:100]}"
+    finally:
+        _sh("ip", "netns", "del", ns, check=False)
+    return None
+
+
+_SKIP = _why_skip()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+
+def _xdp_attached():
+    """Devices of r with an XDP program (ip -d link)."""
+    out = _sh("ip", "-d", "link", "show", ns=R).stdout
+    devs, cur = [], None
+    for line in out.splitlines():
+        if line[:1].isdigit():
+            cur = line.split(":")[1].strip().split("@")[0]
+            if " xdp" in line or "xdpgeneric" in line:
+                devs.append(cur)
+        elif "prog/xdp" in line and cur not in devs:
+            devs.append(cur)
+    return devs
+
+
+def _xdp_loader_clean():
+    if shutil.which("xdp-loader") is None:
+        return True
+    out = _sh("xdp-loader", "status", ns=R, check=False).stdout
+    return "xsk_def_prog" not in out and "xdp_dispatcher" not in out
+
+
+def test_ping_through_fastpath_af_xdp(topo):
+    """IPv4 and IPv6 pings h1 -> h2 through fastpath on AF_XDP, no static
+    neighbours: ARP and ND reach fastpath through the sockets too; h2 sees
+    each echo request once; no nftables table is installed; the program
+    is attached while running and detached after."""
+    _flush_hosts()
+    p, _ = _start(topo, "--backend", "af_xdp", "--json", "--neigh")
+    try:
+        attached = _xdp_attached()
+        nft = _tables()
+        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
+        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+    finally:
+        rc, out, err = _stop(p)
+    assert sorted(attached) == ["r1", "r2"], attached
+    assert nft == []
+    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr + err
+    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr + err
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    assert rc == 0 and "Traceback" not in err, err
+    doc = json.loads(out)
+    c = doc["counters"]
+    assert c["backend"] == "af_xdp" and set(doc["xdp_modes"]) == {"r1", "r2"}
+    assert c["verdicts"]["forward"] >= 12
+    nb = c["neighbour"]
+    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
+    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
+    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
+    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
+                   ("2001:db8:2::2", "r2")):
+        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+    assert _xdp_attached() == [] and _xdp_loader_clean()
+
+
+def test_srv6_end_through_fastpath_af_xdp(topo):
+    """h1's kernel encapsulates (segs fc00:1::1,fc00:2::100): End on
+    fastpath (AF_XDP), End.DX4 on h2's kernel; the reply comes back as
+    plain IPv4 through fastpath."""
+    p, _ = _start(topo, "--backend", "af_xdp", "--json")
+    try:
+        r = _sh(sys.executable, TOOL, "ping", "10.3.0.3", "2", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert r.stdout.strip() == "ok 2/2", r.stdout + r.stderr + out + err
+    assert rc == 0, err
+    assert _xdp_attached() == []
+
+
+@pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
+def test_xdp_detached_on_every_exit(topo, how):
+    env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
+    args = ["--duration", "0.3"] if how == "normal" else ["--duration", "30"]
+    p, _ = _start(topo, "--backend", "af_xdp", *args, env=env)
+    if how in ("SIGINT", "SIGTERM"):
+        assert sorted(_xdp_attached()) == ["r1", "r2"]
+        rc, out, err = _stop(p, getattr(signal, how))
+        assert rc == 0 and f"stopped ({how})" in out
+    else:
+        out, err = p.communicate(timeout=20)
+        rc = p.returncode
+        assert rc == (1 if how == "exception" else 0)
+    assert "Traceback" not in err, err
+    assert _xdp_attached() == [] and _xdp_loader_clean()
+
+
+def test_xdp_sigkill_leftover_removed_by_next_run(topo):
+    """A SIGKILL leaves the program attached (nothing of the process runs;
+    without a socket in its map it passes every frame to the kernel); the
+    next run takes it over and detaches it when it stops."""
+    p, _ = _start(topo, "--backend", "af_xdp", "--duration", "30")
+    p.kill()
+    p.communicate(timeout=10)
+    left = _xdp_attached()
+    p2, _ = _start(topo, "--backend", "af_xdp", "--duration", "0.3")
+    out, err = p2.communicate(timeout=20)
+    assert sorted(left) == ["r1", "r2"]
+    assert p2.returncode == 0, err
+    assert _xdp_attached() == [] and _xdp_loader_clean()
+
+
+def test_without_libxdp_one_line_exit_2(topo):
+    """A fastpath built without libxdp: ``--backend af_xdp`` is one line
+    on stderr and exit status 2 (simulated: the module made unimportable)."""
+    code = ("import sys; sys.modules['fastpath._afxdp'] = None\n"
+            "from fastpath.run import main\n"
+            f"sys.exit(main(['--config', {topo['conf']!r}, '--iface', 'r1', '--backend', 'af_xdp']))")
+    r = _sh(sys.executable, "-c", code, ns=R, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("fastpath.run: --backend af_xdp: fastpath was built without libxdp")
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert _xdp_attached() == [] and not _tables()
+
+
+def test_zero_copy_refused_on_veth_one_line_exit_2(topo):
+    """``--xdp-mode zerocopy``: veth has no zero-copy AF_XDP, the kernel
+    refuses the bind; one line, exit status 2, no program left."""
+    r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--iface", "r1",
+            "--iface", "r2", "--backend", "af_xdp", "--xdp-mode", "zerocopy", ns=R, check=False,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith("fastpath.run: r1: AF_XDP socket / XDP program"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert _xdp_attached() == [] and _xdp_loader_clean() and not _tables()
+
+
+def test_udp_and_tcp_with_host_checksum_offload_off(topo):
+    """UDP and a 1 MB TCP transfer, both families, through fastpath on
+    AF_XDP.  The hosts' veths have TX checksum offload off: an XDP program
+    gets a local stack's CHECKSUM_PARTIAL frame with only the
+    pseudo-header sum and no flag saying so (AF_PACKET has
+    TP_STATUS_CSUMNOTREADY), so with offload on h2 would drop them
+    (docs/wire.md); frames from a real wire have their checksums."""
+    if shutil.which("ethtool") is None:
+        pytest.skip("needs ethtool")
+    for ns, dev in ((H1, "h1e"), (H2, "h2e")):
+        _sh("ethtool", "-K", dev, "tx", "off", ns=ns)
+    p, _ = _start(topo, "--backend", "af_xdp", "--json")
+    try:
+        for fam, dst in ((4, "10.2.0.2"), (6, "2001:db8:2::2")):
+            rcv = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "udprecv",
+                                    str(fam), "5555", "3", "3"], stdout=subprocess.PIPE, text=True)
+            assert rcv.stdout.readline().strip() == "ready"
+            _sh(sys.executable, TOOL, "udp", dst, "5555", "3", ns=H1)
+            assert rcv.communicate(timeout=10)[0].strip() == "3", fam
+        for bind, dst in (("0.0.0.0", "10.2.0.2"), ("::", "2001:db8:2::2")):
+            sink = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, "-c", tw._TCPSINK,
+                                     bind], stdout=subprocess.PIPE, text=True)
+            assert sink.stdout.readline().strip() == "ready"
+            _sh(sys.executable, "-c", "import socket,sys; s=socket.create_connection((sys.argv[1],"
+                " 7000), timeout=5); s.sendall(b'x' * 1000000); s.close()", dst, ns=H1)
+            assert sink.communicate(timeout=15)[0].strip() == "1000000"
+    finally:
+        rc, out, err = _stop(p)
+        for ns, dev in ((H1, "h1e"), (H2, "h2e")):
+            _sh("ethtool", "-K", dev, "tx", "on", ns=ns, check=False)
+    assert rc == 0, err
+    assert _xdp_attached() == []
