@@ -16,6 +16,9 @@ forwarded, in turn, by
 * ``fastpath``: ``python -m fastpath.run`` in r (AF_PACKET TPACKET_V3 rings,
   sendmmsg TX);
 * ``fastpath-qdisc-bypass``: the same with PACKET_QDISC_BYPASS;
+* ``fastpath-af_xdp``: ``--backend af_xdp`` (AF_XDP sockets, libxdp's
+  default program in veth's driver mode, copy mode);
+* ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
 * ``kernel``: r's kernel, configured as the same router (no fastpath, no
   ingress drop).
 
@@ -252,6 +255,11 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
                "--ready-file", ready]
         if forwarder.endswith("bypass"):
             cmd.append("--qdisc-bypass")
+        if forwarder.endswith("af_xdp"):
+            cmd += ["--backend", "af_xdp"]
+        w = forwarder.partition("-workers")[2]
+        if w:
+            cmd += ["--workers", w]
         fp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         end = time.monotonic() + 20
         while not os.path.exists(ready):
@@ -316,7 +324,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--runs", type=int, default=3, help="runs per forwarder (median reported)")
     ap.add_argument("--scenario", choices=("ipv4", "ipv6", "End", "all"), default="all")
-    ap.add_argument("--forwarders", default="fastpath,fastpath-qdisc-bypass,kernel")
+    ap.add_argument("--forwarders", default="fastpath,fastpath-af_xdp,kernel",
+                    help="comma-separated: fastpath, fastpath-qdisc-bypass, fastpath-af_xdp, "
+                         "fastpath-workers2 (AF_PACKET fanout over 2 workers), kernel")
     ap.add_argument("--json", default=None, help="write the results to PATH too")
     ap.add_argument("--ring-copy", action="store_true",
                     help="only: the cost of copying ring frames into Batch rows")

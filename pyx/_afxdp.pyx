@@ -4,7 +4,8 @@
 # AF_PACKET backend works and ``--backend af_xdp`` says so in one line.
 #
 # One socket per (interface, RX queue), each with its own UMEM
-# (Documentation/networking/af_xdp.rst): NFRAMES frames of FRAME bytes in
+# (Documentation/networking/af_xdp.rst): 8192 frames of 2048 bytes (4096
+# for an MTU above 1774) in
 # anonymous memory, the first half given to the kernel through the fill
 # ring for RX, the second half a stack of free frames for TX (a frame goes
 # back on the stack when the completion ring returns it).  libxdp's
@@ -59,10 +60,12 @@ cdef extern from *:
     #define SOL_XDP 283
     #endif
 
-    #define FPXS_FRAME 4096u
-    #define FPXS_NFRAMES 4096u
+    /* 8192 frames of 2048 bytes (4096 when the MTU needs it: the kernel
+       keeps XDP_PACKET_HEADROOM, 256 bytes, in front of each frame), half
+       of them on the fill ring; rings of 4096 descriptors */
+    #define FPXS_NFRAMES 8192u
     #define FPXS_NRX (FPXS_NFRAMES / 2)
-    #define FPXS_RING 2048u
+    #define FPXS_RING 4096u
 
     typedef struct {
         struct xsk_umem *umem;
@@ -75,6 +78,7 @@ cdef extern from *:
         size_t area_len;
         int fd;
         uint64_t free_tx[FPXS_NFRAMES - FPXS_NRX];
+        unsigned frame;
         unsigned nfree;
         unsigned tx_inflight;          /* posted, not completed */
         uint8_t mac[6];
@@ -95,19 +99,20 @@ cdef extern from *:
     /* One attempt: the UMEM, then the socket with these flags.  Returns 0 or
        -errno; *stage: 0 UMEM memory, 1 UMEM registration, 2 socket. */
     static int fpxs_try(fpxs *x, const char *ifname, unsigned queue, unsigned xdp_flags,
-                        unsigned bind_flags, int *stage) {
+                        unsigned bind_flags, unsigned frame, int *stage) {
         struct xsk_umem_config uc;
         struct xsk_socket_config sc;
         unsigned k, idx = 0;
         int rc;
         *stage = 0;
-        x->area_len = (size_t)FPXS_FRAME * FPXS_NFRAMES;
+        x->frame = frame;
+        x->area_len = (size_t)x->frame * FPXS_NFRAMES;
         x->area = mmap(NULL, x->area_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (x->area == MAP_FAILED) { x->area = NULL; return -errno; }
         memset(&uc, 0, sizeof(uc));
         uc.fill_size = FPXS_RING;
         uc.comp_size = FPXS_RING;
-        uc.frame_size = FPXS_FRAME;
+        uc.frame_size = x->frame;
         uc.frame_headroom = 0;
         *stage = 1;
         rc = xsk_umem__create(&x->umem, x->area, x->area_len, &x->fill, &x->comp, &uc);
@@ -127,17 +132,18 @@ cdef extern from *:
             fpxs_close(x); return -ENOMEM;
         }
         for (k = 0; k < FPXS_NRX; k++)
-            *xsk_ring_prod__fill_addr(&x->fill, idx + k) = (uint64_t)k * FPXS_FRAME;
+            *xsk_ring_prod__fill_addr(&x->fill, idx + k) = (uint64_t)k * x->frame;
         xsk_ring_prod__submit(&x->fill, FPXS_NRX);
         x->nfree = 0;
         for (k = FPXS_NRX; k < FPXS_NFRAMES; k++)
-            x->free_tx[x->nfree++] = (uint64_t)k * FPXS_FRAME;
+            x->free_tx[x->nfree++] = (uint64_t)k * x->frame;
         return 0;
     }
 
     /* Driver mode, zero copy first; then driver mode with copy; then
        generic (skb) mode with copy.  Returns 0 or -errno of the last try. */
-    static int fpxs_open(fpxs *x, const char *ifname, unsigned queue, int mode, int *stage) {
+    static int fpxs_open(fpxs *x, const char *ifname, unsigned queue, int mode, unsigned frame,
+                         int *stage) {
         static const unsigned xf[3] = { XDP_FLAGS_DRV_MODE, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE };
         static const unsigned bf[3] = { XDP_ZEROCOPY, XDP_COPY, XDP_COPY };
         int k, rc = -EINVAL, first = 0, last = 2;
@@ -149,7 +155,7 @@ cdef extern from *:
         else if (mode == 2) { first = 2; last = 2; }   /* skb */
         else if (mode == 3) { first = 0; last = 0; }   /* zero copy only */
         for (k = first; k <= last; k++) {
-            rc = fpxs_try(x, ifname, queue, xf[k], bf[k], stage);
+            rc = fpxs_try(x, ifname, queue, xf[k], bf[k], frame, stage);
             if (rc == 0) {
                 x->drv_mode = xf[k] == XDP_FLAGS_DRV_MODE;
                 x->zerocopy = getsockopt(x->fd, SOL_XDP, XDP_OPTIONS, &opt, &ol) == 0 &&
@@ -215,7 +221,7 @@ cdef extern from *:
             uint64_t addr = d->addr;
             unsigned len = d->len;
             const uint8_t *f = (const uint8_t *)xsk_umem__get_data(x->area, addr);
-            *xsk_ring_prod__fill_addr(&x->fill, fidx + k) = addr & ~(uint64_t)(FPXS_FRAME - 1);
+            *xsk_ring_prod__fill_addr(&x->fill, fidx + k) = addr & ~(uint64_t)(x->frame - 1);
             if (len < 14 || (int)len > room) { x->oversize++; continue; }
             if (!(f[0] & 1) && memcmp(f, x->mac, 6) != 0) { x->otherhost++; continue; }
             {
@@ -263,7 +269,7 @@ cdef extern from *:
                 uint64_t a = x->free_tx[--x->nfree];
                 unsigned len = (unsigned)length[i];
                 struct xdp_desc *d = xsk_ring_prod__tx_desc(&x->tx, ti + k);
-                if (len > FPXS_FRAME) len = FPXS_FRAME;
+                if (len > x->frame) len = x->frame;
                 memcpy(xsk_umem__get_data(x->area, a), data + (size_t)i * slot + start[i], len);
                 d->addr = a;
                 d->len = len;
@@ -370,7 +376,8 @@ cdef extern from *:
         uint64_t rx_ring_full
         uint64_t rx_fill_ring_empty_descs
         uint64_t tx_ring_empty_descs
-    int fpxs_open(fpxs* x, const char* ifname, unsigned queue, int mode, int* stage) nogil
+    int fpxs_open(fpxs* x, const char* ifname, unsigned queue, int mode, unsigned frame,
+                  int* stage) nogil
     void fpxs_close(fpxs* x) nogil
     int fpxs_rx(fpxs* x, uint8_t* data, int slot, int headroom, int max, int32_t* start,
                 int32_t* length, uint16_t* l2len, uint32_t* iif, int64_t* ts, uint32_t iifv) nogil
@@ -447,12 +454,15 @@ cdef class Socket:
         self.x.fd = -1
 
     def __init__(self, str name, int ifindex, uint32_t iif=0, *, bytes mac=b"\0" * 6,
-                 unsigned queue=0, str mode="auto"):
+                 unsigned queue=0, str mode="auto", int mtu=1500):
         cdef int stage = 0, rc
         cdef bytes bname = name.encode()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {sorted(MODES)}")
-        rc = fpxs_open(&self.x, bname, queue, MODES[mode], &stage)
+        # a frame holds the kernel's 256 bytes of XDP headroom, Ethernet,
+        # one VLAN tag and the MTU
+        rc = fpxs_open(&self.x, bname, queue, MODES[mode], 2048 if mtu + 18 + 256 <= 2048 else 4096,
+                       &stage)
         if rc < 0:
             err = -rc
             hint = ""
@@ -560,7 +570,7 @@ cdef class Socket:
         cdef bytes b = bytes(frame)
         cdef int err = 0, sent
         cdef int32_t st = 0, ln = len(b), ix = 0
-        if self.x.fd < 0 or ln > 4096:
+        if self.x.fd < 0 or ln > 4096 - 256:
             self.tx_errors += 1
             return 0
         sent = fpxs_tx(&self.x, <const uint8_t*><char*>b, ln, &st, &ln, &ix, 1, &err)
@@ -573,13 +583,14 @@ cdef class Socket:
     def counters(self):
         """rx, skipped frames by cause, tx, and the kernel's XDP_STATISTICS
         (``ring_drops``: frames the XDP program redirected that found no
-        room: rx_dropped + rx_ring_full + rx_fill_ring_empty_descs)."""
+        room: rx_dropped, which counts those that found the fill ring
+        empty, + rx_ring_full)."""
         st = self._stats() if self.x.fd >= 0 else (self.last_stats or {})
         return {"rx": self.x.rx_n, "rx_otherhost": self.x.otherhost, "rx_oversize": self.x.oversize,
                 "tx": self.tx_packets, "tx_errors": self.tx_errors, "tx_full": self.x.tx_full,
                 "tx_kicks": self.x.kicks, "errors": self.errors,
-                "ring_drops": st.get("rx_dropped", 0) + st.get("rx_ring_full", 0)
-                + st.get("rx_fill_ring_empty_descs", 0), "xdp": dict(st)}
+                "ring_drops": st.get("rx_dropped", 0) + st.get("rx_ring_full", 0),
+                "xdp": dict(st)}
 
 
 def poll(sockets, int timeout_ms):

@@ -308,7 +308,8 @@ class Live:
             for q in range(self._io.rx_queues(n)):
                 try:
                     s = self._io.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
-                                        mac=sysinfo[n]["mac"], queue=q, mode=self.xdp_mode)
+                                        mac=sysinfo[n]["mac"], queue=q, mode=self.xdp_mode,
+                                        mtu=max(sysinfo[n]["mtu"], st.interfaces[n].mtu))
                 except OSError as e:
                     raise LiveError(str(e.strerror if e.strerror else e)) from None
                 self.sockets.append(s)
