@@ -49,6 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--xdp-mode", choices=("auto", "drv", "skb", "zerocopy"), default="auto",
                     help="af_xdp: where the XDP program runs (auto: driver mode, zero copy if "
                          "offered, else copy; else generic skb mode)")
+    ap.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="af_packet: N worker processes, each interface spread over them by "
+                         "PACKET_FANOUT_HASH; this process keeps ARP/ND and the configuration")
     ap.add_argument("--netns", default=None, metavar="NS",
                     help="attach inside network namespace NS (ip netns exec NS ...)")
     ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
@@ -66,6 +69,12 @@ def main(argv=None) -> int:
     if args.batch < 1 or args.batch > 65536:
         print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
         return 2
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        print("fastpath.run: --workers must be 1..64", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.backend != "af_packet":
+        print("fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)", file=sys.stderr)
+        return 2
     if args.stats is not None and args.stats < 0:
         print("fastpath.run: --stats SECONDS must be positive", file=sys.stderr)
         return 2
@@ -81,8 +90,13 @@ def main(argv=None) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hup)
-    live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
-                backend=args.backend, xdp_mode=args.xdp_mode)
+    if args.workers is not None:
+        from .wire.workers import Supervisor
+        live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
+                          qdisc_bypass=args.qdisc_bypass)
+    else:
+        live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
+                    backend=args.backend, xdp_mode=args.xdp_mode)
     t0 = time.monotonic()
     rc = 0
     try:
@@ -220,6 +234,9 @@ def _report(live, args, elapsed, sig):
     how = f" ({signal.Signals(sig).name})" if sig else ""
     print(f"fastpath.run: stopped{how} after {elapsed:.1f} s: {rx} packets received, {tx} sent",
           file=out)
+    if "workers" in c:
+        print(f"  workers: {c['workers']} (restarts {c['restarts']}), received per worker: "
+              + " ".join(str(x) for x in c["worker_rx"]), file=out)
     if live.backend == "af_xdp" and args.stats is not None:
         print("  af_xdp: " + " ".join(f"{n} {m}" for n, m in live.xdp_modes().items()), file=out)
     if args.stats is not None:

@@ -171,7 +171,18 @@ class Live:
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
                  block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref",
-                 backend="af_packet", xdp_mode="auto"):
+                 backend="af_packet", xdp_mode="auto", role="all", fanout=None):
+        """``role``: "all" (one process does everything), or for --workers
+        (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
+        group}: its sockets join them; ARP/ND frames are left to the
+        control process; neighbours come from it) or "control" (sockets
+        that receive only ARP/ND, the nftables table, the neighbour
+        subsystem; no data frames)."""
+        if role not in ("all", "worker", "control"):
+            raise ValueError(f"role {role!r}")
+        self.role = role
+        self.fanout = dict(fanout or {})
+        self.extra_fds = []
         if backend not in BACKENDS:
             raise LiveError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.backend = backend
@@ -246,11 +257,19 @@ class Live:
             self._open_xdp(sysinfo, st)
         else:
             frame = 2048
+            extra = {}
+            if self.role == "worker":
+                extra = {"fanout_type": self._io.FANOUT_HASH}
+            elif self.role == "control":
+                # only ARP/ND arrive: a small ring
+                extra = {"nd_only": True}
             for n in self.names:
+                if self.role == "worker":
+                    extra["fanout_group"] = self.fanout[n]
                 try:
                     s = self._io.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
                                         block_size=self.block_size, block_nr=self.block_nr,
-                                        frame_size=frame, qdisc_bypass=self.qdisc_bypass)
+                                        frame_size=frame, qdisc_bypass=self.qdisc_bypass, **extra)
                 except OSError as e:
                     raise LiveError(str(e.strerror if e.strerror else e)) from None
                 self.sockets.append(s)
@@ -260,7 +279,7 @@ class Live:
         self._sock_of = {s.iif: s for s in self.sockets}
         self._errors = [0] * len(self.sockets)
         self._suspect = set()
-        if self.backend == "af_packet":
+        if self.backend == "af_packet" and self.role != "worker":
             try:
                 nft.sweep_stale()
                 self.guard = nft.Guard(self.names).install()
@@ -431,7 +450,10 @@ class Live:
         if t is not None:
             wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
         if not any(s.ready() for s in self.sockets):
-            self._io.poll(self.sockets, wait)
+            if self.extra_fds:
+                self._io.poll(self.sockets, wait, self.extra_fds)
+            else:
+                self._io.poll(self.sockets, wait)
             # a socket whose device went down reports ENETDOWN once: watch
             # that device until it is up again, and stop if it went away
             for k, s in enumerate(self.sockets):
@@ -467,9 +489,18 @@ class Live:
         if v6.any():
             typ = d[rows, st + 54]
             ctrl |= v6 & (d[rows, st + 20] == 58) & ((typ == 135) | (typ == 136))
-        if ctrl.any():
+        if self.role == "control":
+            # its sockets' filter lets only ARP/ND in
             for i in np.flatnonzero(ctrl):
                 self.neigh.input(int(b.iif[i]), b.packet(int(i)))
+            return
+        if ctrl.any():
+            if self.role == "worker":
+                # the control process's own socket has them
+                self.wire["ctrl_to_control"] = self.wire.get("ctrl_to_control", 0) + int(ctrl.sum())
+            else:
+                for i in np.flatnonzero(ctrl):
+                    self.neigh.input(int(b.iif[i]), b.packet(int(i)))
             keep = np.flatnonzero(~ctrl)
             m = len(keep)
             if m == 0:
@@ -598,6 +629,11 @@ class Live:
         self.router.configure("\n".join(lines) + "\n")
         self.neigh_configure_s += time.perf_counter() - t0
         self.neigh_configures += 1
+        self._neigh_pushed(lines)
+
+    def _neigh_pushed(self, lines):
+        """Hook: neighbour lines just applied to the datapath (the control
+        process of --workers sends them on to the workers)."""
 
     # ------------------------------------------------------------------
     def counters(self) -> dict:
