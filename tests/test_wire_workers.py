@@ -188,3 +188,24 @@ def test_workers_with_af_xdp_refused(topo):
             cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip() == (
         "fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)")
+
+
+def test_sighup_reaches_the_workers(topo):
+    """SIGHUP with workers: the control process checks the new file and
+    hands it to every worker (the learned neighbours sent again): a
+    route added there works at once through the workers."""
+    conf = topo["dir"] / "reload-workers.conf"
+    conf.write_text(tw.CONF)
+    p, table = _start(dict(topo, conf=str(conf)), "--workers", "2", "--json")
+    try:
+        before = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "1", "1", ns=H1, check=False)
+        conf.write_text(tw.CONF + "ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        after = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "3", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert before.stdout.strip() == "ok 0/1"
+    assert after.stdout.strip() == "ok 3/3", after.stdout + err
+    assert rc == 0 and "configuration reloaded from" in err and "refused" not in err, err
+    assert json.loads(out)["counters"]["reloads"] == 1

@@ -167,11 +167,20 @@ def _prelude(names, sysinfo) -> str:
 
 
 class Live:
-    """fastpath routing between live Ethernet interfaces (AF_PACKET)."""
+    """fastpath routing between live Ethernet interfaces (AF_PACKET, or
+    AF_XDP with ``backend="af_xdp"``).  ``Live(config, ifaces, workers=N)``
+    is a ``fastpath.wire.workers.Supervisor``: N worker processes over
+    PACKET_FANOUT, ARP/ND in this one."""
+
+    def __new__(cls, *args, workers=None, **kw):
+        if cls is Live and workers is not None:
+            from .workers import Supervisor
+            return super().__new__(Supervisor)
+        return super().__new__(cls)
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
                  block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref",
-                 backend="af_packet", xdp_mode="auto", role="all", fanout=None):
+                 backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None):
         """``role``: "all" (one process does everything), or for --workers
         (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
         group}: its sockets join them; ARP/ND frames are left to the
