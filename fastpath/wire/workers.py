@@ -417,7 +417,8 @@ class Supervisor(Live):
                         if msg[0] == "counters":
                             wk.counters = msg[2]
                             break
-            except (EOFError, OSError):
+            except Exception:
+                # gone, or a message cut by a signal: it is stopped below anyway
                 pass
             try:
                 wk.popen.wait(max(0.1, end - time.monotonic()))
