@@ -27,7 +27,9 @@
 # headroom (start, length, l2len, iif, timestamp_ns = CLOCK_REALTIME at the
 # call: XDP has no per-frame timestamp here), skips another station's
 # unicast (the kernel's PACKET_OTHERHOST, dropped by ip_rcv) and frames
-# larger than a row, and gives the frames straight back on the fill ring.
+# larger than a row, completes the TCP/UDP checksum a local stack left
+# partial (fpxs_csum_partial), and gives the frames straight back on the
+# fill ring.
 # TX: ``tx`` reaps the completion ring, copies each selected row into a free
 # TX frame, posts the descriptors and kicks the kernel (sendto, repeated
 # while the kernel reports its per-call budget exhausted: copy mode sends
@@ -83,7 +85,8 @@ cdef extern from *:
         unsigned tx_inflight;          /* posted, not completed */
         uint8_t mac[6];
         int drv_mode, zerocopy;
-        uint64_t rx_n, oversize, otherhost, tx_full, kicks;
+        int csum_fix;
+        uint64_t rx_n, oversize, otherhost, tx_full, kicks, csum_fixed;
     } fpxs;
 
     static void fpxs_close(fpxs *x) {
@@ -196,6 +199,56 @@ cdef extern from *:
         x->tx_inflight -= n;
     }
 
+    /* A frame a local stack sent with checksum offload (CHECKSUM_PARTIAL,
+       e.g. a host behind a veth): its TCP/UDP checksum field holds the
+       folded pseudo-header sum and nothing else, and XDP passes no flag
+       saying so (AF_PACKET's TP_STATUS_CSUMNOTREADY).  Such a field is
+       recognised by that value and completed as skb_checksum_help does
+       (the sum from the L4 header, the field included, to the end of the
+       IP payload, folded, complemented).  A complete checksum that happens
+       to equal the pseudo-header sum (1 in 65536) is left as it was: the
+       completion gives the same value back.  Returns 1 when it completed. */
+    static int fpxs_csum_partial(uint8_t *f, unsigned len) {
+        unsigned l3 = 14, l4, l4len, off, k, field;
+        uint16_t et = (uint16_t)(f[12] << 8 | f[13]);
+        uint8_t proto;
+        uint32_t ps = 0, sum = 0;
+        if (et == 0x8100 && len >= 18) { et = (uint16_t)(f[16] << 8 | f[17]); l3 = 18; }
+        if (et == 0x0800) {
+            unsigned ihl, tot;
+            if (len < l3 + 20) return 0;
+            if ((f[l3 + 6] & 0x3f) || f[l3 + 7]) return 0;       /* MF or offset */
+            ihl = (f[l3] & 15) * 4u;
+            tot = (unsigned)(f[l3 + 2] << 8 | f[l3 + 3]);
+            if (ihl < 20 || tot < ihl || l3 + tot > len) return 0;
+            proto = f[l3 + 9];
+            l4 = l3 + ihl;
+            l4len = tot - ihl;
+            for (k = 12; k < 20; k += 2) ps += (uint32_t)(f[l3 + k] << 8 | f[l3 + k + 1]);
+        } else if (et == 0x86DD) {
+            if (len < l3 + 40) return 0;
+            proto = f[l3 + 6];
+            l4 = l3 + 40;
+            l4len = (unsigned)(f[l3 + 4] << 8 | f[l3 + 5]);
+            if (l4 + l4len > len) return 0;
+            for (k = 8; k < 40; k += 2) ps += (uint32_t)(f[l3 + k] << 8 | f[l3 + k + 1]);
+        } else return 0;
+        if (proto == 6) off = 16; else if (proto == 17) off = 6; else return 0;
+        if (l4len < off + 2) return 0;
+        ps += proto + (l4len & 0xffff) + (l4len >> 16);
+        while (ps >> 16) ps = (ps & 0xffff) + (ps >> 16);
+        field = (unsigned)(f[l4 + off] << 8 | f[l4 + off + 1]);
+        if (field != ps) return 0;
+        for (k = l4; k + 1 < l4 + l4len; k += 2) sum += (uint32_t)(f[k] << 8 | f[k + 1]);
+        if (k < l4 + l4len) sum += (uint32_t)f[k] << 8;
+        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+        sum = ~sum & 0xffff;
+        if (proto == 17 && sum == 0) sum = 0xffff;
+        f[l4 + off] = (uint8_t)(sum >> 8);
+        f[l4 + off + 1] = (uint8_t)sum;
+        return 1;
+    }
+
     static int fpxs_rx(fpxs *x, uint8_t *data, int slot, int headroom, int max,
                        int32_t *start, int32_t *length, uint16_t *l2len, uint32_t *iif,
                        int64_t *ts, uint32_t iifv) {
@@ -228,6 +281,7 @@ cdef extern from *:
                 uint8_t *row = data + (size_t)n * slot + headroom;
                 uint16_t et;
                 memcpy(row, f, len);
+                if (x->csum_fix && fpxs_csum_partial(row, len)) x->csum_fixed++;
                 et = (uint16_t)(row[12] << 8 | row[13]);
                 start[n] = headroom;
                 length[n] = (int32_t)len;
@@ -366,9 +420,10 @@ cdef extern from *:
     ctypedef struct fpxs:
         int fd
         int drv_mode, zerocopy
+        int csum_fix
         uint8_t mac[6]
         unsigned nfree, tx_inflight
-        uint64_t rx_n, oversize, otherhost, tx_full, kicks
+        uint64_t rx_n, oversize, otherhost, tx_full, kicks, csum_fixed
     cdef struct xdp_statistics:
         uint64_t rx_dropped
         uint64_t rx_invalid_descs
@@ -387,6 +442,7 @@ cdef extern from *:
     int fpxs_stats(fpxs* x, xdp_statistics* st) nogil
     int fpxs_poll(const int* fds, int n, int timeout_ms, int* ready) nogil
     int fpxs_silence()
+    int fpxs_csum_partial(uint8_t* f, unsigned len)
     int fpxs_progs(int ifindex, char* buf, int len, int* only_xsk)
     int fpxs_detach(int ifindex)
     ctypedef unsigned socklen_t
@@ -411,6 +467,14 @@ def rx_queues(str name):
     except OSError:
         n = 1
     return max(n, 1)
+
+
+def csum_partial(frame):
+    """(frame, completed): what ``rx`` does to a frame whose TCP/UDP
+    checksum holds only the pseudo-header sum (for tests)."""
+    cdef bytearray b = bytearray(frame)
+    cdef int done = fpxs_csum_partial(<uint8_t*><char*>b, len(b)) if len(b) >= 14 else 0
+    return bytes(b), bool(done)
 
 
 def programs(int ifindex):
@@ -454,7 +518,9 @@ cdef class Socket:
         self.x.fd = -1
 
     def __init__(self, str name, int ifindex, uint32_t iif=0, *, bytes mac=b"\0" * 6,
-                 unsigned queue=0, str mode="auto", int mtu=1500):
+                 unsigned queue=0, str mode="auto", int mtu=1500, bint csum_partial=True):
+        """``csum_partial``: complete the TCP/UDP checksums that a local
+        stack's checksum offload left partial (fpxs_csum_partial)."""
         cdef int stage = 0, rc
         cdef bytes bname = name.encode()
         if mode not in MODES:
@@ -477,6 +543,7 @@ cdef class Socket:
             raise AfXdpError(err, f"{name}: {_STAGES[stage]}: {os.strerror(err)}{hint}")
         for k in range(6):
             self.x.mac[k] = mac[k]
+        self.x.csum_fix = csum_partial
         self.name = name
         self.ifindex = ifindex
         self.iif = iif or ifindex
@@ -587,6 +654,7 @@ cdef class Socket:
         empty, + rx_ring_full)."""
         st = self._stats() if self.x.fd >= 0 else (self.last_stats or {})
         return {"rx": self.x.rx_n, "rx_otherhost": self.x.otherhost, "rx_oversize": self.x.oversize,
+                "rx_csum_completed": self.x.csum_fixed,
                 "tx": self.tx_packets, "tx_errors": self.tx_errors, "tx_full": self.x.tx_full,
                 "tx_kicks": self.x.kicks, "errors": self.errors,
                 "ring_drops": st.get("rx_dropped", 0) + st.get("rx_ring_full", 0),
