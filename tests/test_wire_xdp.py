@@ -64,7 +64,12 @@ def _why_skip():
 
 
 _SKIP = _why_skip()
-pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+wire = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+try:
+    import fastpath._afxdp  # noqa: F401
+    _NOXDP = None
+except ImportError:
+    _NOXDP = "fastpath built without libxdp (apt-get install libxdp-dev libbpf-dev; rebuild)"
 
 
 def _xdp_attached():
@@ -88,6 +93,7 @@ def _xdp_loader_clean():
     return "xsk_def_prog" not in out and "xdp_dispatcher" not in out
 
 
+@wire
 def test_ping_through_fastpath_af_xdp(topo):
     """IPv4 and IPv6 pings h1 -> h2 through fastpath on AF_XDP, no static
     neighbours: ARP and ND reach fastpath through the sockets too; h2 sees
@@ -124,6 +130,7 @@ def test_ping_through_fastpath_af_xdp(topo):
     assert _xdp_attached() == [] and _xdp_loader_clean()
 
 
+@wire
 def test_srv6_end_through_fastpath_af_xdp(topo):
     """h1's kernel encapsulates (segs fc00:1::1,fc00:2::100): End on
     fastpath (AF_XDP), End.DX4 on h2's kernel; the reply comes back as
@@ -138,6 +145,7 @@ def test_srv6_end_through_fastpath_af_xdp(topo):
     assert _xdp_attached() == []
 
 
+@wire
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
 def test_xdp_detached_on_every_exit(topo, how):
     env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
@@ -155,6 +163,7 @@ def test_xdp_detached_on_every_exit(topo, how):
     assert _xdp_attached() == [] and _xdp_loader_clean()
 
 
+@wire
 def test_xdp_sigkill_leftover_removed_by_next_run(topo):
     """A SIGKILL leaves the program attached (nothing of the process runs;
     without a socket in its map it passes every frame to the kernel); the
@@ -170,6 +179,7 @@ def test_xdp_sigkill_leftover_removed_by_next_run(topo):
     assert _xdp_attached() == [] and _xdp_loader_clean()
 
 
+@wire
 def test_without_libxdp_one_line_exit_2(topo):
     """A fastpath built without libxdp: ``--backend af_xdp`` is one line
     on stderr and exit status 2 (simulated: the module made unimportable)."""
@@ -183,6 +193,7 @@ def test_without_libxdp_one_line_exit_2(topo):
     assert _xdp_attached() == [] and not _tables()
 
 
+@wire
 def test_zero_copy_refused_on_veth_one_line_exit_2(topo):
     """``--xdp-mode zerocopy``: veth has no zero-copy AF_XDP, the kernel
     refuses the bind; one line, exit status 2, no program left."""
@@ -195,6 +206,7 @@ def test_zero_copy_refused_on_veth_one_line_exit_2(topo):
     assert _xdp_attached() == [] and _xdp_loader_clean() and not _tables()
 
 
+@wire
 def test_udp_and_tcp_from_stacks_with_checksum_offload(topo):
     """UDP and a 1 MB TCP transfer, both families, through fastpath on
     AF_XDP from host stacks with TX checksum offload on (veth's default):
@@ -241,11 +253,12 @@ def _l4_ok(frame):
     return _csum(pseudo + l4) == 0xFFFF        # _csum: the folded sum
 
 
+@pytest.mark.skipif(_NOXDP is not None, reason=_NOXDP or "")
 def test_csum_partial_completion():
     """fpxs_csum_partial on frames built with the pseudo-header sum in
     the field (what a stack with offload sends): completed to the right
     checksum; a frame with a full checksum is left alone; ICMP, a
-    fragment and a short frame untouched."""
+    fragment and a short frame untouched.  No root needed."""
     import struct
     from fastpath import _afxdp
     from fastpath.wire.neigh import _csum
