@@ -2,15 +2,18 @@
 
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
         [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
-        [--qdisc-bypass]
+        [--qdisc-bypass] [--backend af_packet|af_xdp] [--xdp-mode MODE] [--workers N]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
 MTU; the system is not changed).  While it runs, an nftables ``netdev``
 table with an ingress drop on each attached interface keeps the kernel from
 routing the same packets; it is removed on exit (normal, error, Ctrl-C,
-SIGTERM).  SIGHUP re-reads the configuration and applies it (a wrong one is
-refused with one line, the running one stays).  ``--stats SECONDS`` prints
+SIGTERM).  ``--backend af_xdp``: AF_XDP sockets instead, libxdp's default
+XDP program attached (detached on the same exits) and no table.
+``--workers N``: N worker processes over PACKET_FANOUT (wire.workers).
+SIGHUP re-reads the configuration and applies it (a wrong one is refused
+with one line, the running one stays).  ``--stats SECONDS`` prints
 a line per interval (per interface rx/tx packets/s, drops by reason, the
 neighbour count).  Exit status: 0, 2 for a person's error (one line on
 stderr: missing interface, not root, bad configuration, nft missing), 1 for

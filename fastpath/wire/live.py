@@ -8,8 +8,10 @@
 from the system (/sys/class/net), configures a Router with them in front of
 the configuration (so a configuration that sets ``address`` or ``mtu`` wins;
 the system is not changed), opens one AF_PACKET socket per interface
-(fastpath._afpacket) and installs the nftables ingress drop (wire.nft);
-``close`` undoes it.  An error while opening undoes what was done and raises
+(fastpath._afpacket) and installs the nftables ingress drop (wire.nft),
+or with ``backend="af_xdp"`` one AF_XDP socket per RX queue
+(fastpath._afxdp, libxdp's default XDP program, no nftables table);
+``close`` undoes it.  ``workers=N``: fastpath.wire.workers.Supervisor.  An error while opening undoes what was done and raises
 ``LiveError`` with a one-line message.
 
 One iteration (``step``): poll the rings, fill one Batch from all of them
