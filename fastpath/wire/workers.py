@@ -40,8 +40,10 @@ one in its place (its socket joins the groups again; meanwhile the kernel
 spreads the group over the remaining members); after 5 deaths in 60 s it
 stops with one line and exit status 1.  Nothing a worker owns outlives it:
 its sockets close with it, the nftables table is the control process's,
-and no shared memory is used.  When the control process goes away (even
-by SIGKILL) the workers see their connection close and exit.
+and no shared memory is used.  What it had counted is kept as of its last
+report (the control process asks every worker once a second).  When the
+control process goes away (even by SIGKILL) the workers see their
+connection close and exit.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from multiprocessing.connection import Connection
 from .live import Live, LiveError
 
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
+COUNTERS_EVERY = 1.0
 
 
 class _RemoteNeigh:
@@ -225,6 +228,7 @@ class Supervisor(Live):
         self._retired = []                # counters of workers that died
         self._stale_sent = frozenset()
         self._seq = 0
+        self._next_poll = 0.0
 
     # -- workers -----------------------------------------------------------
     def _open(self):
@@ -340,6 +344,14 @@ class Supervisor(Live):
         if nb.next_timer() is not None:
             nb.tick()
         self._push_neighbours()
+        now = time.monotonic()
+        if now >= self._next_poll:
+            # each worker's counters, once a second, answered in _drain: what
+            # a worker that dies had counted is kept up to that second
+            self._next_poll = now + COUNTERS_EVERY
+            self._seq += 1
+            for wk in self._live_workers():
+                _send(wk.conn, ("counters", self._seq))
         stale = frozenset(nb.stale_keys())
         if stale != self._stale_sent:
             for wk in self._live_workers():
@@ -445,6 +457,8 @@ class Supervisor(Live):
         out = {"backend": "af_packet", "workers": len(self.workers),
                "restarts": self.restarts,
                "worker_rx": [sum(i["rx"] for i in c["interfaces"].values()) for c in per],
+               "retired_rx": sum(sum(i["rx"] for i in c["interfaces"].values())
+                                 for c in self._retired),
                "interfaces": {}, "verdicts": dict.fromkeys(mine["verdicts"], 0), "reasons": {},
                "wire": dict(mine["wire"]), "neighbour": mine["neighbour"],
                "neighbours": mine["neighbours"], "neigh_configures": mine["neigh_configures"],
