@@ -213,3 +213,30 @@ def test_sighup_reaches_the_workers(topo):
     assert after.stdout.strip() == "ok 3/3", after.stdout + err
     assert rc == 0 and "configuration reloaded from" in err and "refused" not in err, err
     assert json.loads(out)["counters"]["reloads"] == 1
+
+
+def test_interface_removed_under_workers(topo):
+    """An attached interface deleted under --workers 2: the workers say so
+    to the control process, which stops with one line, exit 1, the table
+    removed and the workers gone (not restarted onto a missing device)."""
+    _sh("ip", "-n", R, "link", "add", "r3", "type", "veth", "peer", "name", "r3p")
+    _sh("ip", "-n", R, "link", "set", "r3", "up")
+    _sh("ip", "-n", R, "link", "set", "r3p", "up")
+    try:
+        ready = topo["dir"] / "ready-workers-r3"
+        p = subprocess.Popen(["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run",
+                              "--config", topo["conf"], "--iface", "r1", "--iface", "r3",
+                              "--workers", "2", "--duration", "20", "--ready-file", str(ready)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        end = time.monotonic() + 20
+        while not ready.exists() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        workers = _workers_of(p)
+        assert _tables() and len(workers) == 2
+        _sh("ip", "-n", R, "link", "del", "r3")
+        out, err = p.communicate(timeout=20)
+    finally:
+        _sh("ip", "-n", R, "link", "del", "r3", check=False)
+    assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
+    assert not _tables() and not any(_alive(w) for w in workers)

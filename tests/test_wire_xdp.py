@@ -299,3 +299,30 @@ def test_csum_partial_completion():
     frag = hdr + udp[:6] + struct.pack("!H", ps) + udp[8:]
     assert _afxdp.csum_partial(frag) == (frag, False)
     assert _afxdp.csum_partial(b"\x00" * 20) == (b"\x00" * 20, False)
+
+
+@wire
+def test_interface_removed_while_running_af_xdp(topo):
+    """An attached interface deleted under fastpath on AF_XDP (the socket
+    reports nothing; fastpath looks for its devices once a second): one
+    line, exit 1, the program on the other interface detached."""
+    _sh("ip", "-n", R, "link", "add", "r3", "type", "veth", "peer", "name", "r3p")
+    _sh("ip", "-n", R, "link", "set", "r3", "up")
+    _sh("ip", "-n", R, "link", "set", "r3p", "up")
+    try:
+        ready = topo["dir"] / "ready-xdp-r3"
+        p = subprocess.Popen(["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run",
+                              "--config", topo["conf"], "--iface", "r1", "--iface", "r3",
+                              "--backend", "af_xdp", "--duration", "20", "--ready-file",
+                              str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        end = time.monotonic() + 20
+        while not ready.exists() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        assert sorted(_xdp_attached()) == ["r1", "r3"]
+        _sh("ip", "-n", R, "link", "del", "r3")
+        out, err = p.communicate(timeout=20)
+    finally:
+        _sh("ip", "-n", R, "link", "del", "r3", check=False)
+    assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
+    assert _xdp_attached() == [] and _xdp_loader_clean()

@@ -478,6 +478,8 @@ class Live:
                             self._suspect.discard(name)
                 except OSError:
                     raise LiveError(f"interface {name!r} went away") from None
+        if self.backend == "af_xdp":
+            self._check_devices()
         b = self.batch
         n = 0
         for s in self.sockets:
@@ -489,6 +491,17 @@ class Live:
         self._push_neighbours()
         self.iterations += 1
         return n
+
+    def _check_devices(self):
+        """af_xdp: an AF_XDP socket whose device is deleted reports nothing
+        to poll(); look for the devices once a second instead."""
+        now = time.monotonic()
+        if now < getattr(self, "_next_devcheck", 0.0):
+            return
+        self._next_devcheck = now + 1.0
+        for name in self.names:
+            if not os.path.exists(f"/sys/class/net/{name}"):
+                raise LiveError(f"interface {name!r} went away")
 
     def _batch(self, b):
         n = len(b)

@@ -163,7 +163,12 @@ def worker_main(fd: int) -> int:
         live.extra_fds = [conn.fileno()]
         _send(conn, ("ready", os.getpid()))
         while not stop["now"]:
-            live.step(50)
+            try:
+                live.step(50)
+            except LiveError as e:
+                # an interface went away: the control process stops (no restart)
+                _send(conn, ("fatal", str(e)))
+                return 1
             while conn.poll(0):
                 try:
                     msg = conn.recv()
@@ -374,6 +379,8 @@ class Supervisor(Live):
                     self._died(wk)
                 return got
             cmd = msg[0]
+            if cmd == "fatal":
+                raise LiveError(msg[1])
             if cmd == "unres":
                 _, oif, fam, addr, frames = msg
                 if oif in self._sock_of:
