@@ -70,17 +70,48 @@ def _drop_other_flavour(mod: str) -> None:
             f.write(want + "\n")
 
 
+def _pkg_config(*pkgs):
+    """(include dirs, library dirs, libraries) of pkg-config packages, or
+    None when pkg-config or one of them is missing."""
+    import shutil
+    import subprocess
+    if shutil.which("pkg-config") is None:
+        return None
+    try:
+        out = subprocess.run(["pkg-config", "--cflags", "--libs"] + list(pkgs), check=True,
+                             capture_output=True, text=True).stdout.split()
+    except subprocess.CalledProcessError:
+        return None
+    return ([f[2:] for f in out if f.startswith("-I")], [f[2:] for f in out if f.startswith("-L")],
+            [f[2:] for f in out if f.startswith("-l")])
+
+
+# modules that need a system library: built only where pkg-config finds it
+# (the AF_XDP backend of fastpath.run; without libxdp the AF_PACKET one works)
+OPTIONAL = {"_afxdp": ("libxdp", "libbpf")}
+
 extensions = []
 for path in sorted(glob.glob(os.path.join("pyx", "_*.pyx"))):
     mod = os.path.splitext(os.path.basename(path))[0]
     if ONLY and mod not in ONLY:
         continue
+    inc, libdirs, libs = [], [], []
+    if mod in OPTIONAL:
+        found = _pkg_config(*OPTIONAL[mod])
+        if found is None:
+            print(f"setup.py: {mod} not built: pkg-config does not find "
+                  f"{' '.join(OPTIONAL[mod])} (apt-get install libxdp-dev libbpf-dev)",
+                  file=sys.stderr)
+            continue
+        inc, libdirs, libs = found
     _drop_other_flavour(mod)
     extensions.append(
         Extension(
             "fastpath." + mod,
             [path],
-            include_dirs=[numpy.get_include(), "pyx"],
+            include_dirs=[numpy.get_include(), "pyx"] + inc,
+            library_dirs=libdirs,
+            libraries=libs,
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=cflags,
             extra_link_args=ldflags,

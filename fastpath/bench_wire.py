@@ -16,13 +16,16 @@ forwarded, in turn, by
 * ``fastpath``: ``python -m fastpath.run`` in r (AF_PACKET TPACKET_V3 rings,
   sendmmsg TX);
 * ``fastpath-qdisc-bypass``: the same with PACKET_QDISC_BYPASS;
+* ``fastpath-af_xdp``: ``--backend af_xdp`` (AF_XDP sockets, libxdp's
+  default program in veth's driver mode, copy mode);
+* ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
 * ``kernel``: r's kernel, configured as the same router (no fastpath, no
   ingress drop).
 
 Reported per scenario and forwarder: offered (generator) and forwarded
 packets/s (the median of --runs interleaved runs, each run's rate
 listed), loss, the ring's drops, and the CPU seconds per second of the generator, of
-fastpath's process, and of softirq (the kernel's veth and forwarding path,
+fastpath's process (with its workers), and of softirq (the kernel's veth and forwarding path,
 machine-wide, from /proc/stat) so that the bottleneck is visible.  Rates
 are under overload (the generator sends at its maximum), not the 0.5%-loss
 throughput of the issue's method; on a shared 2-core VM they are noisy.
@@ -177,6 +180,16 @@ def _softirq():
     return int(parts[7]) / os.sysconf("SC_CLK_TCK")
 
 
+def _tree_cpu(pid, which=(11, 12)):
+    """CPU seconds of a process and its live children (--workers)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(x) for x in f.read().split()]
+    except OSError:
+        kids = []
+    return _proc_cpu(pid, which) + sum(_proc_cpu(k, which) for k in kids)
+
+
 def _proc_cpu(pid, which=(11, 12)):
     """utime + stime (or one of them) of a process, in seconds."""
     try:
@@ -252,6 +265,11 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
                "--ready-file", ready]
         if forwarder.endswith("bypass"):
             cmd.append("--qdisc-bypass")
+        if forwarder.endswith("af_xdp"):
+            cmd += ["--backend", "af_xdp"]
+        w = forwarder.partition("-workers")[2]
+        if w:
+            cmd += ["--workers", w]
         fp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         end = time.monotonic() + 20
         while not os.path.exists(ready):
@@ -265,8 +283,8 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
     if line.strip() != "go":
         raise RuntimeError("generator failed: " + line + gen.communicate()[1])
     rx0, in0 = _counter(t.h2, "h2e"), _counter(t.r, "r1")
-    si0, fc0 = _softirq(), _proc_cpu(fp.pid) if fp else 0.0
-    fu0 = _proc_cpu(fp.pid, (11,)) if fp else 0.0
+    si0, fc0 = _softirq(), _tree_cpu(fp.pid) if fp else 0.0
+    fu0 = _tree_cpu(fp.pid, (11,)) if fp else 0.0
     t0 = time.perf_counter()
     out, err = gen.communicate(timeout=seconds + 30)
     dt = time.perf_counter() - t0
@@ -277,9 +295,10 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
     stats = None
     fuser = 0.0
     if fp:
-        # the fastpath process's children are none: its own CPU time
-        fcpu = _proc_cpu(fp.pid) - fc0
-        fuser = _proc_cpu(fp.pid, (11,)) - fu0
+        # the fastpath process and its workers (--workers; measured while
+        # they run: a child's time is gone from /proc once it exits)
+        fcpu = _tree_cpu(fp.pid) - fc0
+        fuser = _tree_cpu(fp.pid, (11,)) - fu0
         fp.send_signal(signal.SIGTERM)
         fout, ferr = fp.communicate(timeout=20)
         try:
@@ -302,6 +321,8 @@ def run_one(t, fam, forwarder, seconds, batch, conf_path):
         res["fastpath_tx"] = sum(i["tx"] for i in stats["interfaces"].values())
         res["fastpath_verdicts"] = stats["verdicts"]
         res["fastpath_interfaces"] = stats["interfaces"]
+        if "worker_rx" in stats:
+            res["worker_rx"] = stats["worker_rx"]
     res["h2_rx_dropped"] = _counter(t.h2, "h2e", "rx_dropped")
     res["r2_tx_dropped"] = _counter(t.r, "r2", "tx_dropped")
     return res
@@ -316,7 +337,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--runs", type=int, default=3, help="runs per forwarder (median reported)")
     ap.add_argument("--scenario", choices=("ipv4", "ipv6", "End", "all"), default="all")
-    ap.add_argument("--forwarders", default="fastpath,fastpath-qdisc-bypass,kernel")
+    ap.add_argument("--forwarders", default="fastpath,fastpath-af_xdp,kernel",
+                    help="comma-separated: fastpath, fastpath-qdisc-bypass, fastpath-af_xdp, "
+                         "fastpath-workers2 (AF_PACKET fanout over 2 workers), kernel")
     ap.add_argument("--json", default=None, help="write the results to PATH too")
     ap.add_argument("--ring-copy", action="store_true",
                     help="only: the cost of copying ring frames into Batch rows")

@@ -2,15 +2,18 @@
 
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
         [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
-        [--qdisc-bypass]
+        [--qdisc-bypass] [--backend af_packet|af_xdp] [--xdp-mode MODE] [--workers N]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
 MTU; the system is not changed).  While it runs, an nftables ``netdev``
 table with an ingress drop on each attached interface keeps the kernel from
 routing the same packets; it is removed on exit (normal, error, Ctrl-C,
-SIGTERM).  SIGHUP re-reads the configuration and applies it (a wrong one is
-refused with one line, the running one stays).  ``--stats SECONDS`` prints
+SIGTERM).  ``--backend af_xdp``: AF_XDP sockets instead, libxdp's default
+XDP program attached (detached on the same exits) and no table.
+``--workers N``: N worker processes over PACKET_FANOUT (wire.workers).
+SIGHUP re-reads the configuration and applies it (a wrong one is refused
+with one line, the running one stays).  ``--stats SECONDS`` prints
 a line per interval (per interface rx/tx packets/s, drops by reason, the
 neighbour count).  Exit status: 0, 2 for a person's error (one line on
 stderr: missing interface, not root, bad configuration, nft missing), 1 for
@@ -32,7 +35,8 @@ class _Stop(Exception):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fastpath.run", allow_abbrev=False,
-                                 description="fastpath as a router on live interfaces (AF_PACKET)")
+                                 description="fastpath as a router on live interfaces "
+                                             "(AF_PACKET or AF_XDP)")
     ap.add_argument("--config", required=True, help="configuration file (iproute2/sysctl lines)")
     ap.add_argument("--iface", action="append", default=None,
                     help="an interface to attach (repeat); default: every device of the configuration")
@@ -43,6 +47,14 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     ap.add_argument("--batch", type=int, default=256, help="packets per batch (default 256)")
     ap.add_argument("--qdisc-bypass", action="store_true", help="PACKET_QDISC_BYPASS on TX")
+    ap.add_argument("--backend", choices=("af_packet", "af_xdp"), default="af_packet",
+                    help="packet I/O: AF_PACKET rings (default) or AF_XDP sockets (libxdp)")
+    ap.add_argument("--xdp-mode", choices=("auto", "drv", "skb", "zerocopy"), default="auto",
+                    help="af_xdp: where the XDP program runs (auto: driver mode, zero copy if "
+                         "offered, else copy; else generic skb mode)")
+    ap.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="af_packet: N worker processes, each interface spread over them by "
+                         "PACKET_FANOUT_HASH; this process keeps ARP/ND and the configuration")
     ap.add_argument("--netns", default=None, metavar="NS",
                     help="attach inside network namespace NS (ip netns exec NS ...)")
     ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
@@ -60,6 +72,12 @@ def main(argv=None) -> int:
     if args.batch < 1 or args.batch > 65536:
         print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
         return 2
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        print("fastpath.run: --workers must be 1..64", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.backend != "af_packet":
+        print("fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)", file=sys.stderr)
+        return 2
     if args.stats is not None and args.stats < 0:
         print("fastpath.run: --stats SECONDS must be positive", file=sys.stderr)
         return 2
@@ -75,7 +93,13 @@ def main(argv=None) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hup)
-    live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass)
+    if args.workers is not None:
+        from .wire.workers import Supervisor
+        live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
+                          qdisc_bypass=args.qdisc_bypass)
+    else:
+        live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
+                    backend=args.backend, xdp_mode=args.xdp_mode)
     t0 = time.monotonic()
     rc = 0
     try:
@@ -86,7 +110,7 @@ def main(argv=None) -> int:
             return 2
         if args.ready_file:
             with open(args.ready_file, "w") as f:
-                f.write(live.guard.name + "\n")
+                f.write((live.guard.name if live.guard else live.backend) + "\n")
         end = None if args.duration is None else t0 + args.duration
         # a test hook: an exception inside the loop (tests/test_wire.py
         # proves the nftables table goes away on that exit path too)
@@ -203,6 +227,8 @@ def _report(live, args, elapsed, sig):
                "counters": c}
         if args.neigh:
             doc["neighbours"] = live.neighbours()
+        if live.backend == "af_xdp":
+            doc["xdp_modes"] = live.xdp_modes()
         json.dump(doc, out, indent=1, sort_keys=True)
         out.write("\n")
         return
@@ -211,6 +237,11 @@ def _report(live, args, elapsed, sig):
     how = f" ({signal.Signals(sig).name})" if sig else ""
     print(f"fastpath.run: stopped{how} after {elapsed:.1f} s: {rx} packets received, {tx} sent",
           file=out)
+    if "workers" in c:
+        print(f"  workers: {c['workers']} (restarts {c['restarts']}), received per worker: "
+              + " ".join(str(x) for x in c["worker_rx"]), file=out)
+    if live.backend == "af_xdp" and args.stats is not None:
+        print("  af_xdp: " + " ".join(f"{n} {m}" for n, m in live.xdp_modes().items()), file=out)
     if args.stats is not None:
         for name, i in c["interfaces"].items():
             print(f"  {name}: rx {i['rx']} tx {i['tx']} ring_drops {i['ring_drops']}"

@@ -54,6 +54,25 @@ cdef extern from *:
     #ifndef PACKET_IGNORE_OUTGOING
     #define PACKET_IGNORE_OUTGOING 23
     #endif
+    #include <linux/filter.h>
+
+    /* The frames the neighbour subsystem reads (the control process of
+       --workers, beside the workers' fanout sockets): ARP, and ICMPv6
+       types 133-137 (router/neighbour solicitations and advertisements,
+       redirects) right after the IPv6 header.  cBPF, SO_ATTACH_FILTER
+       before bind: no other frame is ever queued on that socket. */
+    static struct sock_filter fpap_nd_filter[] = {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0806, 6, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x86DD, 0, 6),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 20),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 58, 0, 4),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 54),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 133, 0, 2),
+        BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, 137, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, 0x40000),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
 
     typedef struct {
         int fd;
@@ -76,7 +95,8 @@ cdef extern from *:
        step that failed (0 socket, 1 version, 2 ring, 3 mmap, 4 bind,
        5 ignore-outgoing, 6 qdisc bypass, 7 the TX socket). */
     static int fpap_open(fpap_ring *r, int ifindex, unsigned block_size, unsigned block_nr,
-                         unsigned frame_size, int tov_ms, int bypass, int vnet, int *stage) {
+                         unsigned frame_size, int tov_ms, int bypass, int vnet, int nd_only,
+                         unsigned fanout, int *stage) {
         struct tpacket_req3 req;
         struct sockaddr_ll sll;
         int one = 1, v = TPACKET_V3, fd, e;
@@ -91,6 +111,13 @@ cdef extern from *:
         if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0) goto fail;
         *stage = 5;
         if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) goto fail;
+        if (nd_only) {
+            struct sock_fprog prog;
+            *stage = 8;
+            prog.len = sizeof(fpap_nd_filter) / sizeof(fpap_nd_filter[0]);
+            prog.filter = fpap_nd_filter;
+            if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0) goto fail;
+        }
         /* GSO/GRO super-frames come with their gso_size in a virtio_net_hdr
            (before the ring exists; without it they are dropped as oversize) */
         r->vnet = vnet && setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) == 0;
@@ -118,6 +145,11 @@ cdef extern from *:
         sll.sll_protocol = htons(ETH_P_ALL);
         sll.sll_ifindex = ifindex;
         if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) goto fail;
+        /* PACKET_FANOUT: group id | type << 16 (the socket must be bound;
+           the frames of the microseconds in between are this socket's) */
+        *stage = 9;
+        if (fanout && setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof(fanout)) < 0)
+            goto fail;
         r->fd = fd;
         r->txfd = fd;
         r->block_size = block_size;
@@ -482,7 +514,8 @@ cdef extern from *:
         int vnet
         int txfd
     int fpap_open(fpap_ring* r, int ifindex, unsigned block_size, unsigned block_nr,
-                  unsigned frame_size, int tov_ms, int bypass, int vnet, int* stage) nogil
+                  unsigned frame_size, int tov_ms, int bypass, int vnet, int nd_only,
+                  unsigned fanout, int* stage) nogil
     void fpap_close(fpap_ring* r) nogil
     int fpap_rx(fpap_ring* r, uint8_t* data, int slot, int headroom, int max, int32_t* start,
                 int32_t* length, uint16_t* l2len, uint32_t* iif, int64_t* ts, uint32_t iifv) nogil
@@ -499,7 +532,10 @@ cdef extern from *:
 
 _STAGES = ("socket(AF_PACKET, SOCK_RAW)", "PACKET_VERSION TPACKET_V3", "PACKET_RX_RING",
            "mmap of the ring", "bind", "PACKET_IGNORE_OUTGOING", "PACKET_QDISC_BYPASS",
-           "the TX socket")
+           "the TX socket", "SO_ATTACH_FILTER (ARP/ND)", "PACKET_FANOUT")
+
+# PACKET_FANOUT types (linux/if_packet.h)
+FANOUT_HASH, FANOUT_LB, FANOUT_CPU, FANOUT_QM = 0, 1, 2, 5
 
 
 class AfPacketError(OSError):
@@ -529,10 +565,18 @@ cdef class Socket:
 
     def __init__(self, str name, int ifindex, uint32_t iif=0, *, unsigned block_size=1 << 18,
                  unsigned block_nr=16, unsigned frame_size=2048, int block_timeout_ms=1,
-                 bint qdisc_bypass=False, bint gso=True):
+                 bint qdisc_bypass=False, bint gso=True, bint nd_only=False, int fanout_group=-1,
+                 int fanout_type=0):
+        """``nd_only``: a cBPF filter lets only ARP and ICMPv6 ND frames in
+        (the neighbour subsystem's socket beside fanout workers).
+        ``fanout_group`` (0..65535): join that PACKET_FANOUT group with
+        ``fanout_type`` (FANOUT_HASH: a flow stays on one socket)."""
         cdef int stage = 0
+        cdef unsigned fan = 0
+        if fanout_group >= 0:
+            fan = (<unsigned>fanout_group & 0xFFFF) | (<unsigned>fanout_type << 16)
         cdef int rc = fpap_open(&self.r, ifindex, block_size, block_nr, frame_size,
-                                block_timeout_ms, qdisc_bypass, gso, &stage)
+                                block_timeout_ms, qdisc_bypass, gso, nd_only, fan, &stage)
         if rc < 0:
             err = -rc
             hint = ""
@@ -653,9 +697,11 @@ cdef class Socket:
                 "ring_drops": self.ring_drops}
 
 
-def poll(sockets, int timeout_ms):
+def poll(sockets, int timeout_ms, extra=()):
     """Wait until one of ``sockets`` has a block ready (or timeout_ms):
-    returns the list of those that are ready (one poll(2)).  A socket with
+    returns the list of those that are ready (one poll(2)), followed by
+    those of the ``extra`` file descriptors (ints: a worker's control
+    connection) that are readable or closed.  A socket with
     a pending error (its device went down or away: ENETDOWN) has the error
     read and cleared (``Socket.errors``, ``Socket.last_error``), so that it
     does not wake every poll again."""
@@ -663,15 +709,22 @@ def poll(sockets, int timeout_ms):
     cdef int ready[64]
     cdef int n = 0, rc
     socks = list(sockets)[:64]
+    cdef int ns = len(socks)
+    ext = list(extra)[:64 - ns]
     for s in socks:
         fds[n] = s.fileno()
+        ready[n] = 0
+        n += 1
+    for f in ext:
+        fds[n] = f
         ready[n] = 0
         n += 1
     with nogil:
         rc = fpap_poll(fds, n, timeout_ms, ready)
     if rc < 0:
         raise OSError(-rc, os.strerror(-rc))
-    for k in range(n):
+    for k in range(ns):
         if ready[k] & 2:
             (<Socket>socks[k])._clear_error()
-    return [socks[k] for k in range(n) if ready[k] & 1]
+    return [socks[k] for k in range(ns) if ready[k] & 1] + \
+        [ext[k - ns] for k in range(ns, n) if ready[k]]

@@ -8,8 +8,10 @@
 from the system (/sys/class/net), configures a Router with them in front of
 the configuration (so a configuration that sets ``address`` or ``mtu`` wins;
 the system is not changed), opens one AF_PACKET socket per interface
-(fastpath._afpacket) and installs the nftables ingress drop (wire.nft);
-``close`` undoes it.  An error while opening undoes what was done and raises
+(fastpath._afpacket) and installs the nftables ingress drop (wire.nft),
+or with ``backend="af_xdp"`` one AF_XDP socket per RX queue
+(fastpath._afxdp, libxdp's default XDP program, no nftables table);
+``close`` undoes it.  ``workers=N``: fastpath.wire.workers.Supervisor.  An error while opening undoes what was done and raises
 ``LiveError`` with a one-line message.
 
 One iteration (``step``): poll the rings, fill one Batch from all of them
@@ -51,6 +53,27 @@ V_FWD, V_LOCAL, V_DROP, V_ICMP = (VERDICT_IDS[v] for v in ("forward", "local", "
 
 class LiveError(RuntimeError):
     """fastpath could not attach (a one-line message for a person)."""
+
+
+BACKENDS = ("af_packet", "af_xdp")
+
+
+def io_module(backend):
+    """The compiled I/O module of a backend (fastpath._afpacket or
+    fastpath._afxdp); LiveError when it was not built (af_xdp needs
+    libxdp at build time)."""
+    if backend == "af_packet":
+        from .. import _afpacket
+        return _afpacket
+    if backend == "af_xdp":
+        try:
+            from .. import _afxdp
+        except ImportError:
+            raise LiveError("--backend af_xdp: fastpath was built without libxdp (apt-get install "
+                            "libxdp-dev libbpf-dev, then rebuild: python setup.py build_ext "
+                            "--inplace)") from None
+        return _afxdp
+    raise LiveError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
 def system_interface(name: str) -> dict:
@@ -146,10 +169,37 @@ def _prelude(names, sysinfo) -> str:
 
 
 class Live:
-    """fastpath routing between live Ethernet interfaces (AF_PACKET)."""
+    """fastpath routing between live Ethernet interfaces (AF_PACKET, or
+    AF_XDP with ``backend="af_xdp"``).  ``Live(config, ifaces, workers=N)``
+    is a ``fastpath.wire.workers.Supervisor``: N worker processes over
+    PACKET_FANOUT, ARP/ND in this one."""
+
+    def __new__(cls, *args, workers=None, **kw):
+        if cls is Live and workers is not None:
+            from .workers import Supervisor
+            return super().__new__(Supervisor)
+        return super().__new__(cls)
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
-                 block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref"):
+                 block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref",
+                 backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None):
+        """``role``: "all" (one process does everything), or for --workers
+        (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
+        group}: its sockets join them; ARP/ND frames are left to the
+        control process; neighbours come from it) or "control" (sockets
+        that receive only ARP/ND, the nftables table, the neighbour
+        subsystem; no data frames)."""
+        if role not in ("all", "worker", "control"):
+            raise ValueError(f"role {role!r}")
+        self.role = role
+        self.fanout = dict(fanout or {})
+        self.extra_fds = []
+        if backend not in BACKENDS:
+            raise LiveError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        self.backend = backend
+        self.xdp_mode = xdp_mode
+        self._io = None
+        self._atexit = False
         self.config = config if isinstance(config, str) else "".join(config)
         self.names = list(interfaces) if interfaces else None
         self.batch_size = batch_size
@@ -181,7 +231,7 @@ class Live:
         return self
 
     def _open(self):
-        from .. import _afpacket
+        self._io = io_module(self.backend)
         if self.names is None:
             try:
                 st = Router().configure(self.config).state
@@ -214,26 +264,38 @@ class Live:
                               [a for a in itf.addrs if a.version == 4],
                               [a for a in itf.addrs if a.version == 6]))
         self.links = {l.ifindex: l for l in links}
-        frame = 2048
-        for n in self.names:
-            try:
-                s = _afpacket.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
-                                     block_size=self.block_size, block_nr=self.block_nr,
-                                     frame_size=frame, qdisc_bypass=self.qdisc_bypass)
-            except OSError as e:
-                raise LiveError(str(e.strerror if e.strerror else e)) from None
-            self.sockets.append(s)
+        if self.backend == "af_xdp":
+            self._open_xdp(sysinfo, st)
+        else:
+            frame = 2048
+            extra = {}
+            if self.role == "worker":
+                extra = {"fanout_type": self._io.FANOUT_HASH}
+            elif self.role == "control":
+                # only ARP/ND arrive: a small ring
+                extra = {"nd_only": True}
+            for n in self.names:
+                if self.role == "worker":
+                    extra["fanout_group"] = self.fanout[n]
+                try:
+                    s = self._io.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
+                                        block_size=self.block_size, block_nr=self.block_nr,
+                                        frame_size=frame, qdisc_bypass=self.qdisc_bypass, **extra)
+                except OSError as e:
+                    raise LiveError(str(e.strerror if e.strerror else e)) from None
+                self.sockets.append(s)
         self.by_oif = np.full(max(self.links) + 1, -1, np.int32)
         for k, s in enumerate(self.sockets):
             self.by_oif[s.iif] = k
         self._sock_of = {s.iif: s for s in self.sockets}
         self._errors = [0] * len(self.sockets)
         self._suspect = set()
-        try:
-            nft.sweep_stale()
-            self.guard = nft.Guard(self.names).install()
-        except nft.NftError as e:
-            raise LiveError(str(e)) from None
+        if self.backend == "af_packet" and self.role != "worker":
+            try:
+                nft.sweep_stale()
+                self.guard = nft.Guard(self.names).install()
+            except nft.NftError as e:
+                raise LiveError(str(e)) from None
         static = {}
         for (dev, addr), mac in st.neighbours.items():
             if dev in st.interfaces:
@@ -252,6 +314,41 @@ class Live:
                            np.zeros(n, np.int32), linktype="ethernet")
         self._locals(st)
         self.opened = True
+
+    def _open_xdp(self, sysinfo, st):
+        """AF_XDP: one socket (and UMEM) per RX queue of each interface;
+        libxdp's default program redirects the queues' frames to them (no
+        nftables drop: the kernel's stack does not see those frames).  The
+        program is detached when the last socket of an interface closes:
+        ``close`` (also at exit)."""
+        import atexit
+        atexit.register(self.close)
+        self._atexit = True
+        # a leftover of a SIGKILLed run (libxdp's default program, alone,
+        # no socket: a socket of a live program on a queue would make ours
+        # fail with EBUSY): taken over now, detached by close once every
+        # queue's socket was ours (not when the open failed)
+        self._leftover = []
+        leftover = []
+        for n in self.names:
+            names, only = self._io.programs(sysinfo[n]["ifindex"])
+            if names and only:
+                leftover.append(sysinfo[n]["ifindex"])
+        for n in self.names:
+            for q in range(self._io.rx_queues(n)):
+                try:
+                    s = self._io.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
+                                        mac=sysinfo[n]["mac"], queue=q, mode=self.xdp_mode,
+                                        mtu=max(sysinfo[n]["mtu"], st.interfaces[n].mtu))
+                except OSError as e:
+                    raise LiveError(str(e.strerror if e.strerror else e)) from None
+                self.sockets.append(s)
+        self._leftover = leftover
+
+    def xdp_modes(self) -> dict:
+        """af_xdp: per interface, where the program runs ('drv' or 'skb')
+        and how the socket is bound ('zerocopy' or 'copy')."""
+        return {s.name: "/".join(s.mode) for s in self.sockets if hasattr(s, "mode")}
 
     def configure(self, text) -> "Live":
         """Apply lines to the running Router as a delta (Router.configure:
@@ -318,11 +415,21 @@ class Live:
         self._counters_before = _add_reasons(self._counters_before, old.counters()["reasons"])
 
     def close(self):
-        """Close the sockets and remove the nftables table (idempotent)."""
+        """Close the sockets (af_xdp: which detaches the XDP program) and
+        remove the nftables table (idempotent)."""
         for s in self.sockets:
             s.close()
+        for ifindex in getattr(self, "_leftover", ()):
+            # every socket of the device closed: libxdp detached the program
+            # it loaded; one it took over from a killed run stays: detach it
+            self._io.detach_leftover(ifindex)
+        self._leftover = []
         if self.guard is not None:
             self.guard.remove()
+        if self._atexit:
+            import atexit
+            atexit.unregister(self.close)
+            self._atexit = False
         self.opened = False
 
     def __enter__(self):
@@ -348,14 +455,16 @@ class Live:
     def step(self, poll_ms=50):
         """One iteration: wait up to poll_ms (less when a neighbour timer is
         due), receive, process, transmit, run the neighbour timers."""
-        from .. import _afpacket
         nb = self.neigh
         t = nb.next_timer()
         wait = poll_ms
         if t is not None:
             wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
         if not any(s.ready() for s in self.sockets):
-            _afpacket.poll(self.sockets, wait)
+            if self.extra_fds:
+                self._io.poll(self.sockets, wait, self.extra_fds)
+            else:
+                self._io.poll(self.sockets, wait)
             # a socket whose device went down reports ENETDOWN once: watch
             # that device until it is up again, and stop if it went away
             for k, s in enumerate(self.sockets):
@@ -369,6 +478,8 @@ class Live:
                             self._suspect.discard(name)
                 except OSError:
                     raise LiveError(f"interface {name!r} went away") from None
+        if self.backend == "af_xdp":
+            self._check_devices()
         b = self.batch
         n = 0
         for s in self.sockets:
@@ -381,6 +492,17 @@ class Live:
         self.iterations += 1
         return n
 
+    def _check_devices(self):
+        """af_xdp: an AF_XDP socket whose device is deleted reports nothing
+        to poll(); look for the devices once a second instead."""
+        now = time.monotonic()
+        if now < getattr(self, "_next_devcheck", 0.0):
+            return
+        self._next_devcheck = now + 1.0
+        for name in self.names:
+            if not os.path.exists(f"/sys/class/net/{name}"):
+                raise LiveError(f"interface {name!r} went away")
+
     def _batch(self, b):
         n = len(b)
         d, st = b.data, b.start
@@ -391,9 +513,18 @@ class Live:
         if v6.any():
             typ = d[rows, st + 54]
             ctrl |= v6 & (d[rows, st + 20] == 58) & ((typ == 135) | (typ == 136))
-        if ctrl.any():
+        if self.role == "control":
+            # its sockets' filter lets only ARP/ND in
             for i in np.flatnonzero(ctrl):
                 self.neigh.input(int(b.iif[i]), b.packet(int(i)))
+            return
+        if ctrl.any():
+            if self.role == "worker":
+                # the control process's own socket has them
+                self.wire["ctrl_to_control"] = self.wire.get("ctrl_to_control", 0) + int(ctrl.sum())
+            else:
+                for i in np.flatnonzero(ctrl):
+                    self.neigh.input(int(b.iif[i]), b.packet(int(i)))
             keep = np.flatnonzero(~ctrl)
             m = len(keep)
             if m == 0:
@@ -522,6 +653,11 @@ class Live:
         self.router.configure("\n".join(lines) + "\n")
         self.neigh_configure_s += time.perf_counter() - t0
         self.neigh_configures += 1
+        self._neigh_pushed(lines)
+
+    def _neigh_pushed(self, lines):
+        """Hook: neighbour lines just applied to the datapath (the control
+        process of --workers sends them on to the workers)."""
 
     # ------------------------------------------------------------------
     def counters(self) -> dict:
@@ -532,7 +668,17 @@ class Live:
             wire["neigh_queuefull"] += nb.counters["neigh_queuefull"]
         reasons = _add_reasons(self._counters_before,
                                self.router.counters()["reasons"] if self.router else {})
-        return {"interfaces": {s.name: s.counters() for s in self.sockets},
+        per = {}
+        for s in self.sockets:          # af_xdp: one socket per RX queue
+            c = s.counters()
+            have = per.get(s.name)
+            if have is None:
+                per[s.name] = c
+            else:
+                for k, v in c.items():
+                    if isinstance(v, int):
+                        have[k] = have.get(k, 0) + v
+        return {"interfaces": per, "backend": self.backend,
                 "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
                 "neighbour": dict(nb.counters) if nb else {},
                 "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,

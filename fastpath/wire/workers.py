@@ -1,0 +1,508 @@
+"""``fastpath.run --workers N``: one interface spread over N worker
+processes with PACKET_FANOUT (AF_PACKET).
+
+    control process (Supervisor)                 worker w (python -m fastpath.wire.workers)
+    -------------------------------              -----------------------------------------
+    nftables ingress drop (as one process)       per device: a TPACKET_V3 ring joined to the
+    per device: a ring whose cBPF filter             device's fanout group (PACKET_FANOUT_HASH)
+        takes ARP and ICMPv6 ND only             a Router compiled from the same configuration
+    the neighbour subsystem (wire.neigh)         the loop of wire.live: rx, Router.process, tx,
+    configuration, SIGHUP, counters                  echo replies; ARP/ND frames ignored
+    restarts a worker that dies                  unresolved nexthops -> the control process
+
+Why PACKET_FANOUT_HASH: a flow's packets go to one worker, so a flow is
+never reordered (the kernel's skb flow hash, the same 5-tuple hash RPS
+uses).  PACKET_FANOUT_CPU spreads by the CPU that received the frame: on a
+veth that is the sender's CPU, so one sending host would feed one worker;
+PACKET_FANOUT_QM by the RX queue: a veth has one.  LB (round robin)
+reorders flows.
+
+Why one process owns ARP/ND: the fanout hash gives an ARP request or an NS
+to whichever worker its hash picks, and the state machine (probes, timers,
+queued packets) must be one.  The control process has its own socket per
+device, outside the fanout group, with a cBPF filter (SO_ATTACH_FILTER
+before bind) that admits only ARP and ICMPv6 types 133-137; a packet tap
+gets every frame, so it sees them beside the workers, which drop their
+copies.  The control process answers, resolves and queues exactly as a
+single-process run; what it learns goes to the workers as the same
+``ip neigh replace/del`` lines (one message per change set), with the set
+of STALE entries, so that a worker that forwards to a stale neighbour
+reports the use (the stale -> delay transition); a worker's packet to an
+unresolved nexthop (destination MAC left zero by the datapath) is sent to
+the control process, which queues it and sends it on resolution.
+
+Each worker compiles its own Router from the configuration text (not the
+shared tables of fastpath.Dataplane: see docs/wire.md, what is left).
+
+A worker that dies (SIGKILL, a crash): the control process sees its
+connection close, reaps it, says so in one line on stderr and starts a new
+one in its place (its socket joins the groups again; meanwhile the kernel
+spreads the group over the remaining members); after 5 deaths in 60 s it
+stops with one line and exit status 1.  Nothing a worker owns outlives it:
+its sockets close with it, the nftables table is the control process's,
+and no shared memory is used.  What it had counted is kept as of its last
+report (the control process asks every worker once a second).  When the
+control process goes away (even by SIGKILL) the workers see their
+connection close and exit.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+
+from .live import Live, LiveError
+
+RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
+COUNTERS_EVERY = 1.0
+
+
+class _RemoteNeigh:
+    """A worker's stand-in for wire.neigh.Neighbours: the control process
+    holds the real one."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.entries, self.static, self.stale, self.timed = {}, {}, set(), set()
+        self.local4, self.forwarding = set(), True
+        self.counters = {"neigh_failed": 0, "neigh_queuefull": 0}
+        self.stale_set = set()
+
+    # what the loop asks
+    def next_timer(self):
+        return None
+
+    def tick(self):
+        pass
+
+    def input(self, *a):
+        pass
+
+    def stale_keys(self):
+        return list(self.stale_set)
+
+    def used(self, ifindex, family, addr):
+        key = (ifindex, family, addr)
+        if key in self.stale_set:
+            self.stale_set.discard(key)          # once: the control process answers
+            _send(self.conn, ("used", ifindex, family, addr))
+
+    def resolve(self, ifindex, family, addr, frames):
+        _send(self.conn, ("unres", ifindex, family, addr, [bytes(f) for f in frames]))
+
+    def take_changes(self):
+        return []          # the control process's lines arrive as messages (_apply_neigh)
+
+    def dump(self):
+        return []
+
+
+def _apply_neigh(live, lines):
+    """The control process's ``ip neigh`` lines into this worker's Router
+    (one configure; a ``del`` of an entry this Router never had is
+    skipped, as Live._push_neighbours does)."""
+    from ..config import ConfigError
+    if not lines:
+        return
+    try:
+        live.router.configure("\n".join(lines) + "\n")
+    except ConfigError:
+        for line in lines:
+            try:
+                live.router.configure(line + "\n")
+            except ConfigError:
+                pass
+    live.neigh_configures += 1
+
+
+def _send(conn, msg):
+    try:
+        conn.send(msg)
+    except (OSError, EOFError, BrokenPipeError):
+        pass
+
+
+# ---------------------------------------------------------------------------
+# the worker
+# ---------------------------------------------------------------------------
+
+def worker_main(fd: int) -> int:
+    conn = Connection(fd)
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the control process stops us
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def on_term(_s, _f):
+        stop["now"] = True
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        init = conn.recv()
+    except (EOFError, OSError):
+        return 1
+    cfg = init[1]
+    if cfg.get("cpu") is not None:
+        try:
+            os.sched_setaffinity(0, {cfg["cpu"]})
+        except OSError:
+            pass
+    live = Live(cfg["config"], cfg["names"], batch_size=cfg["batch"],
+                qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"])
+    try:
+        try:
+            live.open()
+        except LiveError as e:
+            _send(conn, ("error", str(e)))
+            return 2
+        nb = _RemoteNeigh(conn)
+        live.neigh = nb
+        live.extra_fds = [conn.fileno()]
+        _send(conn, ("ready", os.getpid()))
+        while not stop["now"]:
+            try:
+                live.step(50)
+            except LiveError as e:
+                # an interface went away: the control process stops (no restart)
+                _send(conn, ("fatal", str(e)))
+                return 1
+            while conn.poll(0):
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    return 0                              # the control process is gone
+                cmd = msg[0]
+                if cmd == "neigh":
+                    _apply_neigh(live, msg[1])
+                    nb.stale_set = set(msg[2])
+                elif cmd == "stale":
+                    nb.stale_set = set(msg[1])
+                elif cmd == "reload":
+                    try:
+                        live.reload(msg[1])
+                        live.neigh = nb
+                        _send(conn, ("reloaded", None))
+                    except LiveError as e:
+                        _send(conn, ("reloaded", str(e)))
+                elif cmd == "counters":
+                    _send(conn, ("counters", msg[1], live.counters()))
+                elif cmd == "stop":
+                    _send(conn, ("counters", msg[1], live.counters()))
+                    return 0
+        return 0
+    except (EOFError, OSError, BrokenPipeError):
+        return 0
+    finally:
+        live.close()
+
+
+# ---------------------------------------------------------------------------
+# the control process
+# ---------------------------------------------------------------------------
+
+class _W:
+    def __init__(self, index, popen, conn):
+        self.index, self.popen, self.conn = index, popen, conn
+        self.pid = popen.pid
+        self.counters = None
+
+
+class Supervisor(Live):
+    """``Live`` for ``--workers N``: the control role (ARP/ND, the
+    nftables table, configuration) and N worker processes (see the module
+    docstring).  The same calls as Live: open/close (``with``), step,
+    counters, neighbours, reload."""
+
+    def __init__(self, config, interfaces=None, *, workers=2, cpus=None, **kw):
+        if kw.get("backend", "af_packet") != "af_packet":
+            raise LiveError("--workers needs --backend af_packet (PACKET_FANOUT)")
+        kw.setdefault("block_nr", 4)
+        self._worker_batch = kw.pop("batch_size", 256)
+        super().__init__(config, interfaces, role="control", **kw)
+        self.nworkers = workers
+        avail = sorted(os.sched_getaffinity(0))
+        self.cpus = cpus if cpus is not None else (
+            [avail[w] for w in range(workers)] if workers <= len(avail) else [None] * workers)
+        self.workers: list = []
+        self.deaths: list = []            # (time, index, pid, how)
+        self.restarts = 0
+        self.groups = {}
+        self._retired = []                # counters of workers that died
+        self._stale_sent = frozenset()
+        self._seq = 0
+        self._next_poll = 0.0
+
+    # -- workers -----------------------------------------------------------
+    def _open(self):
+        super()._open()
+        used = set()
+        for n in self.names:
+            g = secrets.randbelow(65535) + 1
+            while g in used:
+                g = secrets.randbelow(65535) + 1
+            used.add(g)
+            self.groups[n] = g
+        self.workers = [None] * self.nworkers
+        for w in range(self.nworkers):
+            self._spawn(w)
+        for w in range(self.nworkers):
+            self._await_ready(self.workers[w])
+        self._broadcast_neigh(full=True)
+
+    def _spawn(self, w):
+        parent, child = socket.socketpair()
+        p = subprocess.Popen([sys.executable, "-m", "fastpath.wire.workers", str(child.fileno())],
+                             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+        child.close()
+        conn = Connection(parent.detach())
+        wk = _W(w, p, conn)
+        self.workers[w] = wk
+        conn.send(("init", {"config": self.config, "names": self.names, "groups": self.groups,
+                            "batch": self._worker_batch, "qdisc_bypass": self.qdisc_bypass,
+                            "cpu": self.cpus[w]}))
+        return wk
+
+    def _await_ready(self, wk, timeout=30.0):
+        if not wk.conn.poll(timeout):
+            raise LiveError(f"worker {wk.index} did not start within {timeout:.0f} s")
+        try:
+            msg = wk.conn.recv()
+        except (EOFError, OSError):
+            raise LiveError(f"worker {wk.index} exited while starting "
+                            f"(status {wk.popen.wait()})") from None
+        if msg[0] == "error":
+            raise LiveError(msg[1])
+        if msg[0] != "ready":
+            raise LiveError(f"worker {wk.index}: unexpected {msg[0]!r}")
+
+    def _died(self, wk):
+        rc = wk.popen.wait()
+        how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+        now = time.monotonic()
+        self.deaths.append((now, wk.index, wk.pid, how))
+        if wk.counters:
+            self._retired.append(wk.counters)
+        try:
+            wk.conn.close()
+        except OSError:
+            pass
+        recent = [d for d in self.deaths if now - d[0] < RESTART_WINDOW]
+        if len(recent) > RESTART_LIMIT:
+            self.workers[wk.index] = None
+            raise LiveError(f"worker {wk.index} (pid {wk.pid}) died ({how}); "
+                            f"{len(recent)} deaths in {RESTART_WINDOW:.0f} s, stopping")
+        nw = self._spawn(wk.index)
+        self._await_ready(nw)
+        self.restarts += 1
+        self._broadcast_neigh(full=True, only=nw)
+        print(f"fastpath.run: worker {wk.index} (pid {wk.pid}) died ({how}); "
+              f"restarted as pid {nw.pid}", file=sys.stderr, flush=True)
+
+    def _live_workers(self):
+        return [w for w in self.workers if w is not None]
+
+    # -- neighbours to the workers ------------------------------------------
+    def _learned_lines(self):
+        out = []
+        for (ifindex, fam, addr), e in self.neigh.entries.items():
+            if e.state in ("reachable", "stale", "delay", "probe") and e.mac is not None \
+                    and (ifindex, fam, addr) not in self.neigh.static:
+                import ipaddress
+                a = ipaddress.ip_address(addr)
+                out.append(f"ip -{fam} neigh replace {a} lladdr "
+                           f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[ifindex].name}")
+        return out
+
+    def _broadcast_neigh(self, full=False, only=None, lines=None):
+        stale = frozenset(self.neigh.stale_keys())
+        if full:
+            lines = self._learned_lines()
+        msg = ("neigh", list(lines or []), list(stale))
+        for wk in ([only] if only else self._live_workers()):
+            _send(wk.conn, msg)
+        if only is None:
+            self._stale_sent = stale
+
+    def _neigh_pushed(self, lines):
+        self._broadcast_neigh(lines=lines)
+
+    # -- the loop -------------------------------------------------------------
+    def step(self, poll_ms=50):
+        nb = self.neigh
+        t = nb.next_timer()
+        wait = poll_ms
+        if t is not None:
+            wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
+        conns = {wk.conn.fileno(): wk for wk in self._live_workers()}
+        self._io.poll(self.sockets, wait, list(conns))
+        b = self.batch
+        n = 0
+        for s in self.sockets:
+            n += s.rx(b, n)
+        if n:
+            self._batch(b[:n] if n < len(b) else b)
+        for wk in list(conns.values()):
+            self._drain(wk)
+        if nb.next_timer() is not None:
+            nb.tick()
+        self._push_neighbours()
+        now = time.monotonic()
+        if now >= self._next_poll:
+            # each worker's counters, once a second, answered in _drain: what
+            # a worker that dies had counted is kept up to that second
+            self._next_poll = now + COUNTERS_EVERY
+            self._seq += 1
+            for wk in self._live_workers():
+                _send(wk.conn, ("counters", self._seq))
+        stale = frozenset(nb.stale_keys())
+        if stale != self._stale_sent:
+            for wk in self._live_workers():
+                _send(wk.conn, ("stale", list(stale)))
+            self._stale_sent = stale
+        self.iterations += 1
+        return n
+
+    def _drain(self, wk, want=None):
+        """Handle what worker ``wk`` sent; returns its counters reply with
+        sequence ``want`` if one came."""
+        got = None
+        while True:
+            try:
+                if not wk.conn.poll(0):
+                    return got
+                msg = wk.conn.recv()
+            except (EOFError, OSError):
+                if self.workers[wk.index] is wk:
+                    self._died(wk)
+                return got
+            cmd = msg[0]
+            if cmd == "fatal":
+                raise LiveError(msg[1])
+            if cmd == "unres":
+                _, oif, fam, addr, frames = msg
+                if oif in self._sock_of:
+                    self.neigh.resolve(oif, fam, addr, frames)
+                else:
+                    self.wire["no_tx_device"] += len(frames)
+            elif cmd == "used":
+                self.neigh.used(msg[1], msg[2], msg[3])
+            elif cmd == "counters":
+                wk.counters = msg[2]
+                if msg[1] == want:
+                    got = msg[2]
+            elif cmd == "reloaded":
+                if msg[1]:
+                    print(f"fastpath.run: worker {wk.index} refused the reload: {msg[1]}",
+                          file=sys.stderr, flush=True)
+
+    def _collect(self, cmd="counters", timeout=5.0):
+        self._seq += 1
+        seq = self._seq
+        pending = {}
+        for wk in self._live_workers():
+            _send(wk.conn, (cmd, seq))
+            pending[wk.index] = wk
+        end = time.monotonic() + timeout
+        while pending and time.monotonic() < end:
+            for i, wk in list(pending.items()):
+                if self.workers[i] is not wk:        # died (and was replaced)
+                    del pending[i]
+                    continue
+                if self._drain(wk, want=seq) is not None:
+                    del pending[i]
+            if pending:
+                from multiprocessing.connection import wait
+                wait([wk.conn for wk in pending.values()], 0.05)
+
+    def reload(self, config):
+        super().reload(config)                        # LiveError: the running one stays
+        for wk in self._live_workers():
+            _send(wk.conn, ("reload", self.config))
+        self._broadcast_neigh(full=True)
+
+    def close(self):
+        for wk in self._live_workers():
+            if wk.popen.poll() is None:
+                _send(wk.conn, ("stop", -1))
+        end = time.monotonic() + 5
+        for wk in self._live_workers():
+            try:
+                if wk.conn.poll(max(0.0, end - time.monotonic())):
+                    while True:
+                        msg = wk.conn.recv()
+                        if msg[0] == "counters":
+                            wk.counters = msg[2]
+                            break
+            except Exception:
+                # gone, or a message cut by a signal: it is stopped below anyway
+                pass
+            try:
+                wk.popen.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                wk.popen.kill()
+                wk.popen.wait()
+            try:
+                wk.conn.close()
+            except OSError:
+                pass
+        self._final = [wk.counters for wk in self._live_workers() if wk.counters]
+        self.workers = [None] * len(self.workers)
+        super().close()
+
+    # -- counters -------------------------------------------------------------
+    def counters(self) -> dict:
+        if self._live_workers():
+            self._collect()
+            per = [wk.counters for wk in self._live_workers() if wk.counters]
+        else:
+            per = getattr(self, "_final", [])
+        mine = super().counters()
+        allc = per + self._retired
+        out = {"backend": "af_packet", "workers": len(self.workers),
+               "restarts": self.restarts,
+               "worker_rx": [sum(i["rx"] for i in c["interfaces"].values()) for c in per],
+               "retired_rx": sum(sum(i["rx"] for i in c["interfaces"].values())
+                                 for c in self._retired),
+               "interfaces": {}, "verdicts": dict.fromkeys(mine["verdicts"], 0), "reasons": {},
+               "wire": dict(mine["wire"]), "neighbour": mine["neighbour"],
+               "neighbours": mine["neighbours"], "neigh_configures": mine["neigh_configures"],
+               "reloads": mine["reloads"], "echo_replies": 0,
+               "neigh_configure_ms": mine["neigh_configure_ms"],
+               "control_rx": sum(i["rx"] for i in mine["interfaces"].values())}
+        for c in allc:
+            for name, i in c["interfaces"].items():
+                d = out["interfaces"].setdefault(name, dict.fromkeys(i, 0))
+                for k, v in i.items():
+                    if isinstance(v, int):
+                        d[k] = d.get(k, 0) + v
+            for k, v in c["verdicts"].items():
+                out["verdicts"][k] = out["verdicts"].get(k, 0) + v
+            for k, v in c["reasons"].items():
+                out["reasons"][k] = out["reasons"].get(k, 0) + v
+            for k, v in c["wire"].items():
+                if k not in ("neigh_failed", "neigh_queuefull"):
+                    out["wire"][k] = out["wire"].get(k, 0) + v
+            out["echo_replies"] += c["echo_replies"]
+        # the control process's transmissions (ARP/ND, queued packets)
+        for name, i in mine["interfaces"].items():
+            d = out["interfaces"].setdefault(name, dict.fromkeys(i, 0))
+            d["tx"] = d.get("tx", 0) + i["tx"]
+        return out
+
+
+def _main():
+    try:
+        return worker_main(int(sys.argv[1]))
+    except Exception as e:                # one line; the control process restarts us
+        if os.environ.get("FASTPATH_TRACEBACK"):
+            raise
+        print(f"fastpath.run: worker {os.getpid()}: internal error: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

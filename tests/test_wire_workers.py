@@ -1,0 +1,242 @@
+"""``fastpath.run --workers N``: each interface spread over N worker
+processes by PACKET_FANOUT_HASH, ARP/ND in the control process
+(fastpath.wire.workers), in the topology of tests/test_wire.py:
+
+    h1 (10.1.0.2, 2001:db8:1::2) --veth-- [r1  fastpath  r2] --veth-- h2 (10.2.0.2, 2001:db8:2::2)
+
+Kernel hosts, no static neighbours; r's kernel configured as the same
+router, so each echo request reaching h2 once proves the ingress drop
+holds with workers too.  A worker SIGKILLed under traffic is replaced and
+the traffic resumes; no table, process or /dev/shm segment is left after
+any exit.  Skipped as test_wire.py is (root, namespaces, nft).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import test_wire as tw
+from test_wire import H1, H2, R, ROOT, TOOL, _flush_hosts, _nstat, _sh, _start, _stop, _tables
+from test_wire import topo  # noqa: F401  (the module's topology fixture)
+
+pytestmark = pytest.mark.skipif(tw._SKIP is not None, reason=tw._SKIP or "")
+
+_FLOWS = r"""
+import socket, sys
+dst, n = sys.argv[1], int(sys.argv[2])
+fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+socks = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(32)]
+for k in range(n):
+    socks[k % 32].sendto(b"flow %d" % k, (dst, 9))
+"""
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _workers_of(p):
+    """The worker processes of a fastpath.run started by _start (ip netns
+    exec execs python, so p.pid is fastpath.run itself)."""
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        kids = [k for k in _children(p.pid) if b"fastpath.wire.workers" in _cmdline(k)]
+        if kids:
+            return kids
+        time.sleep(0.05)
+    return []
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _alive(pid):
+    return os.path.exists(f"/proc/{pid}") and b"fastpath" in _cmdline(pid)
+
+
+def _shm():
+    return set(os.listdir("/dev/shm"))
+
+
+def _shm_of(pids, before):
+    """New /dev/shm segments named after one of ``pids`` (fastpath's are
+    fp<pid>_...; the directory is shared with other jobs on this host)."""
+    return [n for n in _shm() - before if any(f"fp{pid}_" in n for pid in pids)]
+
+
+def test_ping_and_flows_through_two_workers(topo):
+    """Pings of both families through 2 workers with ARP/ND in the control
+    process; 32 UDP flows spread over both workers; h2 sees each echo
+    request once."""
+    _flush_hosts()
+    shm = _shm()
+    p, table = _start(topo, "--workers", "2", "--json", "--neigh")
+    try:
+        workers = _workers_of(p)
+        assert table in _tables()
+        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
+        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        _sh(sys.executable, "-c", _FLOWS, "10.2.0.2", "640", ns=H1)
+        time.sleep(0.3)
+    finally:
+        rc, out, err = _stop(p)
+    assert len(workers) == 2, workers
+    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr + err
+    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr + err
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    assert rc == 0 and "Traceback" not in err, err
+    doc = json.loads(out)
+    c = doc["counters"]
+    assert c["workers"] == 2 and c["restarts"] == 0
+    assert c["verdicts"]["forward"] >= 12 + 640
+    assert all(x > 20 for x in c["worker_rx"]), c["worker_rx"]       # both got flows
+    nb = c["neighbour"]
+    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
+    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
+    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
+    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
+                   ("2001:db8:2::2", "r2")):
+        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+    assert table not in _tables()
+    assert not any(_alive(w) for w in workers)
+    assert _shm_of([p.pid] + workers, shm) == []
+
+
+def test_worker_sigkilled_under_traffic_is_replaced(topo):
+    """A worker SIGKILLed while pings flow: the control process says so in
+    one line, starts another, the pings resume; at SIGTERM everything
+    goes (table, both generations of workers)."""
+    shm = _shm()
+    p, table = _start(topo, "--workers", "2", "--json")
+    try:
+        workers = _workers_of(p)
+        ping = subprocess.Popen(["ip", "netns", "exec", H1, sys.executable, TOOL, "ping",
+                                 "10.2.0.2", "12", "1"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.3)          # past a counters report (once a second)
+        for w in workers:
+            os.kill(w, signal.SIGKILL)               # both: the ping's flow is on one of them
+        ping_out = ping.communicate(timeout=30)[0]
+        after = _workers_of(p)
+        ok = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+    died = [l for l in err.splitlines() if " died (signal SIGKILL); restarted as pid " in l]
+    assert len(died) == 2, err
+    assert sorted(set(after) & set(workers)) == [] and len(after) == 2
+    got = int(ping_out.split()[1].split("/")[0])
+    assert got >= 9, ping_out                         # a second or so of loss at most
+    assert ok.stdout.strip() == "ok 3/3", ok.stdout
+    c = json.loads(out)["counters"]
+    assert c["restarts"] == 2
+    # what the killed workers had counted by their last report stays in
+    # the totals (the pings of the first second)
+    assert c["retired_rx"] > 0, c
+    assert table not in _tables()
+    assert not any(_alive(w) for w in workers + after)
+    assert _shm_of([p.pid] + workers + after, shm) == []
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "exception"])
+def test_workers_stopped_and_table_removed_on_exit(topo, how):
+    """SIGTERM and an exception in the loop (SIGINT takes the SIGTERM path,
+    tested in test_wire.py): workers gone, table removed."""
+    env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
+    p, table = _start(topo, "--workers", "2", "--duration", "30", env=env)
+    workers = _workers_of(p) if how != "exception" else []
+    if how == "exception":
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 1 and "internal error: RuntimeError" in err
+    else:
+        rc, out, err = _stop(p, getattr(signal, how))
+        assert rc == 0 and f"stopped ({how})" in out, err
+        assert len(workers) == 2
+    assert "Traceback" not in err
+    assert not _tables()
+    assert not any(_alive(w) for w in workers)
+
+
+def test_control_process_sigkilled_workers_exit(topo):
+    """The control process SIGKILLed: its workers see their connection
+    close and exit; the table it leaves is swept by the next run."""
+    p, table = _start(topo, "--workers", "2", "--duration", "30")
+    workers = _workers_of(p)
+    p.kill()
+    p.communicate(timeout=10)
+    end = time.monotonic() + 5
+    while any(_alive(w) for w in workers) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert len(workers) == 2 and not any(_alive(w) for w in workers)
+    assert table in _tables()
+    p2, _ = _start(topo, "--duration", "0.2")
+    p2.communicate(timeout=20)
+    assert not _tables()
+
+
+def test_workers_with_af_xdp_refused(topo):
+    r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--workers", "2",
+            "--backend", "af_xdp", ns=R, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)")
+
+
+def test_sighup_reaches_the_workers(topo):
+    """SIGHUP with workers: the control process checks the new file and
+    hands it to every worker (the learned neighbours sent again): a
+    route added there works at once through the workers."""
+    conf = topo["dir"] / "reload-workers.conf"
+    conf.write_text(tw.CONF)
+    p, table = _start(dict(topo, conf=str(conf)), "--workers", "2", "--json")
+    try:
+        conf.write_text(tw.CONF + "ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        after = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "3", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert after.stdout.strip() == "ok 3/3", after.stdout + err
+    assert rc == 0 and "configuration reloaded from" in err and "refused" not in err, err
+    assert json.loads(out)["counters"]["reloads"] == 1
+
+
+def test_interface_removed_under_workers(topo):
+    """An attached interface deleted under --workers 2: the workers say so
+    to the control process, which stops with one line, exit 1, the table
+    removed and the workers gone (not restarted onto a missing device)."""
+    _sh("ip", "-n", R, "link", "add", "r3", "type", "veth", "peer", "name", "r3p")
+    _sh("ip", "-n", R, "link", "set", "r3", "up")
+    _sh("ip", "-n", R, "link", "set", "r3p", "up")
+    try:
+        ready = topo["dir"] / "ready-workers-r3"
+        p = subprocess.Popen(["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run",
+                              "--config", topo["conf"], "--iface", "r1", "--iface", "r3",
+                              "--workers", "2", "--duration", "20", "--ready-file", str(ready)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        end = time.monotonic() + 20
+        while not ready.exists() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        workers = _workers_of(p)
+        assert _tables() and len(workers) == 2
+        _sh("ip", "-n", R, "link", "del", "r3")
+        out, err = p.communicate(timeout=20)
+    finally:
+        _sh("ip", "-n", R, "link", "del", "r3", check=False)
+    assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
+    assert not _tables() and not any(_alive(w) for w in workers)
