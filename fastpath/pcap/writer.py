@@ -7,6 +7,7 @@ import queue
 import struct
 import sys
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -73,6 +74,7 @@ class _Sink:
         self._raw = f
         self._f = self._gz if self._gz is not None else f
         self.bytes = 0
+        self.cpu_s = 0.0                    # CPU time of the writer thread, once closed
         self._err = None
         self._bufs = []                     # every pool buffer
         self._cur = None                    # the buffer being filled, and its fill
@@ -89,6 +91,7 @@ class _Sink:
         while True:
             item = self._q.get()
             if item is None:
+                self.cpu_s = time.thread_time()
                 return
             data, buf = item
             if self._err is None:
@@ -219,6 +222,11 @@ class _Writer:
     @property
     def bytes(self):
         return self._sink.bytes
+
+    @property
+    def thread_cpu_s(self) -> float:
+        """CPU time its writer thread used (known once closed; 0 unthreaded)."""
+        return self._sink.cpu_s
 
     @property
     def per_interface(self) -> Counter:
