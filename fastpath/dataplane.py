@@ -177,6 +177,24 @@ _IN = ("start", "length", "l2len", "iif", "timestamp_ns")          # to the data
 _OUT = ("start", "length", "l2len", "oif", "verdict", "reason", "dst")   # from it (+ data, nexthop)
 
 
+# (weakref of a batch_buffer array alive when its Dataplane closed, its
+# SharedMemory): unlinked already, closed (unmapped) once the array is gone
+_ORPHANS: list = []
+
+
+def _reap_orphans():
+    keep = []
+    for ref, shm in _ORPHANS:
+        if ref() is None:
+            try:
+                shm.close()
+                continue
+            except BufferError:
+                pass
+        keep.append((ref, shm))
+    _ORPHANS[:] = keep
+
+
 def _views(buf, layout):
     return {name: np.ndarray(shape, dtype=dt, buffer=buf, offset=off)
             for name, dt, shape, off in layout}
@@ -1283,6 +1301,21 @@ class Dataplane:
         self._pcpu = []
         self._io_views = {}
         self._io_seg = {}
+        _reap_orphans()
+        with self._stage_lock:
+            for ent in self._stage:
+                if ent[3] is not None and ent[3]() is not None:
+                    # a batch_buffer array (a Batch's data) outlives the
+                    # Dataplane: its name goes, its mapping stays until
+                    # the array does (unmapped under it, a read of the
+                    # batch would crash the process)
+                    shm = self._segments.pop(ent[0], None)
+                    if shm is not None:
+                        try:
+                            shm.unlink()
+                        except FileNotFoundError:
+                            pass
+                        _ORPHANS.append((ent[3], shm))
         self._stage = []
         self._meta_seg = None
         for name in list(self._segments):

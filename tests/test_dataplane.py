@@ -400,3 +400,31 @@ def test_workers_copy_packets_not_slots_and_give_what_the_router_gives(name):
             assert [(x.verdict, x.oif, x.reason, x.data) for x in got.results()] == \
                    [(x.verdict, x.oif, x.reason, x.data) for x in want.results()]
             assert (got.nexthop == want.nexthop).all() and (got.dst == want.dst).all()
+
+
+def test_a_batch_built_in_shared_memory_outlives_its_dataplane():
+    """A Batch whose data came from batch_buffer stays readable after the
+    Dataplane closed (its segment's name is gone at once, its mapping when
+    the batch goes): it crashed the process (the segment was unmapped under
+    it)."""
+    import fastpath.dataplane as fdp
+    cfg, pkts, iif = scenario("End")
+    before = shm_segments()
+    with Dataplane(cfg, workers=2) as dp:
+        buf = dp.batch_buffer((len(pkts), 256))
+        b = Batch(buf, np.full(len(pkts), 128, np.int32),
+                  np.array([len(p) for p in pkts], np.int32), linktype="ethernet")
+        for i, p in enumerate(pkts):
+            buf[i, 128:128 + len(p)] = np.frombuffer(p, np.uint8)
+        b.iif_names = [iif] * len(b)
+        dp.process(b)
+        want = [x.data for x in b.results()]
+    assert shm_segments() == before               # nothing left in /dev/shm
+    assert [x.data for x in b.results()] == want  # still mapped
+    r = Router()
+    r.configure(cfg)
+    r.process(b)                                  # and usable
+    del b, buf
+    with Dataplane(cfg, workers=1):
+        pass                                      # a later close reaps the mapping
+    assert fdp._ORPHANS == []
