@@ -182,3 +182,47 @@ ip -6 route add fc00:1::100/128 encap seg6local action End count dev eth0
     assert outs[True] == outs[False]
     v = outs[True][2]
     assert v["forward"] > 0 and v["drop"] > 0 and v["icmp"] > 0
+
+
+@pytest.mark.parametrize("W", [PcapngWriter, PcapWriter])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_packet_outside_its_slot_is_an_error_not_a_crash(W, compiled):
+    """start/length changed after the Batch was made so that a packet runs
+    past its slot (or is negative): ValueError, nothing written."""
+    if compiled and fp._cio is None:
+        pytest.skip("fastpath._pcapio is not built")
+    for start, length in ((10, 60), (-1, 5), (0, -3), (64, 1)):
+        b = fastpath.Batch.from_packets([b"\x60" + bytes(39)] * 3, linktype="raw", headroom=0,
+                                        slot=64)
+        b.verdict[:] = 1
+        b.start[1], b.length[1] = start, length
+        bio = io.BytesIO()
+        fp.use_compiled(compiled)
+        try:
+            w = W(bio, threaded=False)
+            with pytest.raises(ValueError):
+                w.write_batch(b)
+            assert w.packets == 0
+        finally:
+            fp.use_compiled(True)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_records_reach_the_file_when_a_chunk_fills_or_at_flush(threaded):
+    b = fastpath.Batch.from_packets([b"\x60" + bytes(99)] * 10, linktype="raw")
+    b.verdict[:] = 1
+    bio = io.BytesIO()
+    w = PcapngWriter(bio, threaded=threaded)
+    w.write_batch(b)
+    assert bio.getvalue() == b""                 # all of it still in the buffer
+    w.flush()
+    if threaded:
+        import time
+        for _ in range(200):
+            if len(bio.getvalue()) == w.bytes:
+                break
+            time.sleep(0.01)
+    assert len(bio.getvalue()) == w.bytes
+    w.close()
+    got = [p for x in fp.read_batches(io.BytesIO(bio.getvalue())) for p in x.packets()]
+    assert got == [b"\x60" + bytes(99)] * 10

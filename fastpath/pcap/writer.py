@@ -46,7 +46,7 @@ class _Sink:
     stays bounded), reused from write to write (their pages stay mapped:
     no page faults after the first fill)."""
     _NBUF = 3
-    CHUNK = 4194304
+    CHUNK = 1 << 20
 
     def __init__(self, dest, compress, threaded=True):
         self._own = None
