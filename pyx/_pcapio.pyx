@@ -400,7 +400,7 @@ def pack_pcap(const uint8_t[:, ::1] data, const int32_t[::1] start, const int32_
     if n == 0:
         return 0
     o = &out[0]
-    d0 = &data[0, 0]
+    d0 = &data[0, 0] if slot else NULL     # (slot 0: every packet is empty)
     for k in range(min(n, PACK_AHEAD)):
         pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
     for k in range(n):
@@ -478,7 +478,7 @@ def pack_epb(const uint8_t[:, ::1] data, const int32_t[::1] start, const int32_t
     if n == 0:
         return 0, -1
     o = &out[0]
-    d0 = &data[0, 0]
+    d0 = &data[0, 0] if slot else NULL     # (slot 0: every packet is empty)
     for k in range(min(n, PACK_AHEAD)):
         pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
     for k in range(n):
