@@ -77,16 +77,23 @@ def _router(cfg):
     return r
 
 
-def fastpath_replay(r, iif, src, out, batch, cpu=None):
+def fastpath_replay(r, iif, src, out, batch, cpu=None, threads=None):
     """Replay ``src`` through the Router ``r`` (configured: not timed);
-    ``cpu``: a list that gets the process's CPU time (all threads)."""
+    ``cpu``: a list that gets the process's CPU time (all threads);
+    ``threads``: a list that gets the CPU time of each of the replay's
+    threads ({"main": the datapath and the packing, "reader": the
+    prefetch thread, "writer": the output's file writes})."""
     ifindex = r.interfaces[iif].ifindex
     c0 = time.process_time()
+    m0 = time.thread_time()
     t0 = time.perf_counter()
     st = fpcap.replay(r, src, output=out, batch_size=batch, iif=ifindex)
     dt = time.perf_counter() - t0
     if cpu is not None:
         cpu.append(time.process_time() - c0)
+    if threads is not None:
+        threads.append({"main": time.thread_time() - m0, "reader": st.read_cpu_s,
+                        "writer": st.write_cpu_s})
     return dt, st
 
 
@@ -140,8 +147,18 @@ def fastpath_parts(cfg, iif, src, out, batch, limit):
             w.write_batch(b)
     write_pcap_s = time.perf_counter() - t0
     os.unlink(out + ".pcap")
+    # the writer's own work (selection, packing, buffers) without the
+    # page-cache copy of the file writes: to /dev/null
+    null_s = None
+    if os.path.exists(os.devnull):
+        t0 = time.perf_counter()
+        with fpcap.PcapngWriter(os.devnull) as w:
+            for b in kept:
+                w.write_batch(b)
+        null_s = time.perf_counter() - t0
     return {"read_ns": read_s / n * 1e9, "datapath_ns": proc_s / nk * 1e9,
-            "write_ns": write_s / nk * 1e9, "write_pcap_ns": write_pcap_s / nk * 1e9}
+            "write_ns": write_s / nk * 1e9, "write_pcap_ns": write_pcap_s / nk * 1e9,
+            "write_devnull_ns": None if null_s is None else null_s / nk * 1e9}
 
 
 def _results(r, b):
@@ -283,13 +300,15 @@ def main(argv=None) -> int:
                  ("fastpath_pcap_to_pcap", src_pcap, out_pcap))
         times = {k: [] for k, _, _ in cases}
         cpus = {k: [] for k, _, _ in cases}
+        thr = {k: [] for k, _, _ in cases}
         tools = {"tcpdump": ["tcpdump", "-r", src_pcap, "-w", out_pcap],
                  "editcap": ["editcap", "-F", "pcapng", src_pcap, out]}
         tool_s = {k: [] for k in tools}
         sizes = {}
         for _ in range(args.runs):
             for name, i, o in cases:
-                dt, st = fastpath_replay(_router(cfg), iif, i, o, args.batch, cpus[name])
+                dt, st = fastpath_replay(_router(cfg), iif, i, o, args.batch, cpus[name],
+                                         thr[name])
                 assert st.packets == args.packets and st.verdicts.get("forward") == args.packets
                 times[name].append(args.packets / dt)
                 sizes[name] = os.path.getsize(o)
@@ -301,6 +320,10 @@ def main(argv=None) -> int:
             r = report[name] = _median(times[name])
             r["output_bytes"] = sizes[name]
             r["cpu_ns_per_packet"] = _median([c / args.packets * 1e9 for c in cpus[name]])
+            # per thread (they overlap: wall time is at least the largest)
+            r["thread_cpu_ns_per_packet"] = {
+                t: statistics.median(x[t] / args.packets * 1e9 for x in thr[name])
+                for t in ("main", "reader", "writer")}
         for name in tools:
             if tool_s[name]:
                 report[name] = {"seconds": _median(tool_s[name]),
@@ -316,7 +339,9 @@ def main(argv=None) -> int:
             r = report[name]
             print(f"fastpath  read+End+write {label}: {r['median'] / 1e6:6.2f} M packets/s "
                   f"(min {r['min'] / 1e6:.2f}, max {r['max'] / 1e6:.2f}; {args.runs} runs), "
-                  f"CPU {r['cpu_ns_per_packet']['median']:.0f} ns per packet (all threads)")
+                  f"CPU {r['cpu_ns_per_packet']['median']:.0f} ns per packet (all threads: "
+                  + ", ".join(f"{t} {v:.0f}" for t, v in r["thread_cpu_ns_per_packet"].items())
+                  + ")")
         for name, what in (("tcpdump", "copy pcap -> pcap"), ("editcap", "pcap -> pcapng  ")):
             t = report[name]
             if "skipped" in t:
@@ -329,7 +354,9 @@ def main(argv=None) -> int:
                   f"({t['seconds']['median']:.3f} s; fastpath with End {ratio:.2f}x)")
         print("          alone: read {read_ns:.0f} ns, datapath {datapath_ns:.0f} ns, "
               "write pcapng {write_ns:.0f} ns, write pcap {write_pcap_ns:.0f} ns per "
-              "packet".format(**parts))
+              "packet".format(**parts)
+              + (f" (pcapng to /dev/null: {parts['write_devnull_ns']:.0f} ns)"
+                 if parts["write_devnull_ns"] is not None else ""))
         if not args.no_others:
             small = os.path.join(d, "small.pcapng")
             build_capture(small, args.small, args.batch)

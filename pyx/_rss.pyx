@@ -286,6 +286,51 @@ def put_rows(const uint8_t[:, ::1] src not None, const int64_t[::1] idx not None
             memcpy(&dst[idx[k], 0], &src[k, 0], w)
 
 
+cdef inline int _check_spans(const int32_t[::1] start, const int32_t[::1] length,
+                             Py_ssize_t n, Py_ssize_t w) except -1:
+    cdef Py_ssize_t k
+    if start.shape[0] < n or length.shape[0] < n:
+        raise ValueError("start/length shorter than the indexes")
+    for k in range(n):
+        if start[k] < 0 or length[k] < 0 or <Py_ssize_t>start[k] + length[k] > w:
+            raise ValueError(f"packet {k} lies outside its row")
+    return 0
+
+
+def take_spans(const uint8_t[:, ::1] src not None, const int64_t[::1] idx not None,
+               const int32_t[::1] start not None, const int32_t[::1] length not None,
+               uint8_t[:, ::1] dst not None):
+    """``dst[k, s:s + l] = src[idx[k], s:s + l]`` with s = ``start[k]``,
+    l = ``length[k]``: the packets only, where take_rows copies whole rows
+    (a 94-byte End frame in a 320-byte slot: a third of the bytes).  The
+    rest of ``dst``'s rows is left as it was."""
+    cdef Py_ssize_t k, n = idx.shape[0], w = src.shape[1]
+    _check_move(src.shape[0], dst.shape[0], src.shape[1], dst.shape[1], idx, src.shape[0])
+    _check_spans(start, length, n, w)
+    if n == 0 or w == 0:
+        return
+    with nogil:
+        for k in range(n):
+            if length[k]:
+                memcpy(&dst[k, start[k]], &src[idx[k], start[k]], length[k])
+
+
+def put_spans(const uint8_t[:, ::1] src not None, const int64_t[::1] idx not None,
+              const int32_t[::1] start not None, const int32_t[::1] length not None,
+              uint8_t[:, ::1] dst not None):
+    """``dst[idx[k], s:s + l] = src[k, s:s + l]`` (s, l = ``start[k]``,
+    ``length[k]``): the packets back, the rest of ``dst``'s rows untouched."""
+    cdef Py_ssize_t k, n = idx.shape[0], w = src.shape[1]
+    _check_move(dst.shape[0], src.shape[0], src.shape[1], dst.shape[1], idx, dst.shape[0])
+    _check_spans(start, length, n, w)
+    if n == 0 or w == 0:
+        return
+    with nogil:
+        for k in range(n):
+            if length[k]:
+                memcpy(&dst[idx[k], start[k]], &src[k, start[k]], length[k])
+
+
 def own_rows(const uint16_t[::1] owner not None, uint16_t w, int64_t[::1] rows not None):
     """``rows[:m]`` = the indexes i where ``owner[i] == w``, in order; returns m."""
     cdef Py_ssize_t n = owner.shape[0], i, m = 0, cap = rows.shape[0]

@@ -359,3 +359,72 @@ def test_unpinned_workers():
         allowed = sorted(os.sched_getaffinity(0))
         for pid in dp.worker_pids():
             assert sorted(os.sched_getaffinity(pid)) == allowed
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_workers_copy_packets_not_slots_and_give_what_the_router_gives(name):
+    """The workers copy each packet's bytes (not its whole slot) into their
+    io segment and the packet they leave back: with the io segments full of
+    other bytes first (a batch of random junk), every scenario, and traffic
+    that makes ICMP errors and drops, gives the Router's packets; RSS
+    giving one worker every packet (a single flow: its rows are a run)
+    too."""
+    cfg, pkts, iif = scenario(name)
+    lt = "ethernet" if pkts[0][12:14] in (b"\x86\xdd", b"\x08\x00", b"\x81\x00") else "raw"
+    rng = np.random.default_rng(5)
+    extra = []
+    for k in range(40):                          # hop limit 1, truncated, junk
+        p = bytearray(pkts[k % len(pkts)])
+        off = 14 if lt == "ethernet" else 0
+        if k % 3 == 0 and len(p) > off + 8 and p[off] >> 4 == 6:
+            p[off + 7] = 1
+        elif k % 3 == 1:
+            p = p[:max(off + 1, len(p) - 9)]
+        else:
+            p[off + 20:] = rng.integers(0, 256, max(0, len(p) - off - 20), dtype=np.uint8).tobytes()
+        extra.append(bytes(p))
+    mixed = (_mixed_packets(pkts, 300) if lt == "ethernet" else list(pkts)) + extra
+    single = [pkts[0]] * 64
+    r = Router()
+    r.configure(cfg)
+    with Dataplane(cfg, workers=2) as dp:
+        junk = Batch.from_packets([bytes(rng.integers(0, 256, 200, dtype=np.uint8))] * 400,
+                                  iif=iif, linktype=lt, headroom=300)
+        junk.data[:] = rng.integers(0, 256, junk.data.shape, dtype=np.uint8)
+        dp.process(junk)
+        for ps in (mixed, single):
+            want = Batch.from_packets(ps, iif=iif, linktype=lt)
+            r.process(want)
+            got = Batch.from_packets(ps, iif=iif, linktype=lt)
+            dp.process(got)
+            assert [(x.verdict, x.oif, x.reason, x.data) for x in got.results()] == \
+                   [(x.verdict, x.oif, x.reason, x.data) for x in want.results()]
+            assert (got.nexthop == want.nexthop).all() and (got.dst == want.dst).all()
+
+
+def test_a_batch_built_in_shared_memory_outlives_its_dataplane():
+    """A Batch whose data came from batch_buffer stays readable after the
+    Dataplane closed (its segment's name is gone at once, its mapping when
+    the batch goes): it crashed the process (the segment was unmapped under
+    it)."""
+    import fastpath.dataplane as fdp
+    cfg, pkts, iif = scenario("End")
+    before = shm_segments()
+    with Dataplane(cfg, workers=2) as dp:
+        buf = dp.batch_buffer((len(pkts), 256))
+        b = Batch(buf, np.full(len(pkts), 128, np.int32),
+                  np.array([len(p) for p in pkts], np.int32), linktype="ethernet")
+        for i, p in enumerate(pkts):
+            buf[i, 128:128 + len(p)] = np.frombuffer(p, np.uint8)
+        b.iif_names = [iif] * len(b)
+        dp.process(b)
+        want = [x.data for x in b.results()]
+    assert shm_segments() == before               # nothing left in /dev/shm
+    assert [x.data for x in b.results()] == want  # still mapped
+    r = Router()
+    r.configure(cfg)
+    r.process(b)                                  # and usable
+    del b, buf
+    with Dataplane(cfg, workers=1):
+        pass                                      # a later close reaps the mapping
+    assert fdp._ORPHANS == []

@@ -99,7 +99,7 @@ only when consecutive packets have equal lengths); ``replay`` reads two
 batches ahead in a thread (``Prefetch``) and the writers write from a
 thread, so that file I/O overlaps with the datapath (all of them release
 the GIL).  Memory is bounded: one read chunk, one batch of pending
-records, the batches in flight, three write buffers.
+records, the batches in flight, three 1 MiB write buffers per writer.
 """
 from __future__ import annotations
 

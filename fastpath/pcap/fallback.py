@@ -331,6 +331,38 @@ class _PyIO:
                 dwin[dst] = obuf[o:o + L]
         return need, -1
 
+    @staticmethod
+    def pack_selected(pcapng, verdict, sel, data, start, length, keys, lut, ts, nanosecond,
+                      snaplen, out, counts):
+        nrow = data.shape[0]
+        if len(sel) < 256:
+            raise ValueError("sel needs 256 entries")
+        if not (len(verdict) == len(start) == len(length) == len(keys) == len(ts) == nrow):
+            raise ValueError("verdict/start/length/keys/ts must have one entry per data row")
+        rows = np.flatnonzero(np.asarray(sel, bool)[verdict]).astype(np.int64)
+        _PyIO._check(data, start, length, rows)
+        k = keys[rows].astype(np.int64)
+        bad = np.flatnonzero((k >= len(lut)) | (lut[np.minimum(k, max(len(lut) - 1, 0))] < 0)
+                            if len(lut) else np.ones(len(k), bool))
+        if bad.size:
+            return 0, 0, int(k[bad[0]])
+        if not len(rows):
+            return 0, 0, -1
+        need = (_PyIO.need_epb(length, rows, np.zeros(0, np.int32), snaplen) if pcapng
+                else _PyIO.need_pcap(length, rows, snaplen))
+        if need > out.size:
+            return -need, 0, -1
+        if pcapng:
+            n, _ = _PyIO.pack_epb(data, start, length, rows, keys, lut, ts, b"",
+                                  np.zeros(0, np.int64), np.zeros(0, np.int32), snaplen, out,
+                                  counts)
+        else:
+            if lut[k].max() >= len(counts):
+                raise ValueError("counts shorter than the interface ids")
+            n = _PyIO.pack_pcap(data, start, length, rows, ts, nanosecond, snaplen, out)
+            np.add.at(counts, lut[k], 1)
+        return n, len(rows), -1
+
 
 _io = _cio if _cio is not None else _PyIO
 

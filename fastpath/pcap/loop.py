@@ -30,6 +30,8 @@ class ReplayStats:
         self.batches = 0
         self.elapsed_s = 0.0
         self.process_s = 0.0
+        self.read_cpu_s = 0.0            # CPU time of replay's reader thread (prefetch)
+        self.write_cpu_s = 0.0           # CPU time of the writer threads of the writers it opened
         self.error = None
         self._v = np.zeros(256, np.int64)
         self._o = np.zeros(self._NIF, np.int64)
@@ -185,6 +187,8 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
         stats.elapsed_s += time.perf_counter() - t0
         if isinstance(batches, Prefetch):
             batches.close()
+            stats.read_cpu_s += batches.cpu_s
         for w in own:
             w.close()
+            stats.write_cpu_s += w.thread_cpu_s
     return stats

@@ -778,6 +778,7 @@ class Prefetch:
         self._q = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._done = False
+        self.cpu_s = 0.0                    # CPU time of the thread (when it has ended)
         self._t = threading.Thread(target=self._run, args=(iter(iterable),),
                                    name="fastpath-pcap-prefetch", daemon=True)
         self._t.start()
@@ -804,6 +805,7 @@ class Prefetch:
             close = getattr(it, "close", None)
             if self._stop.is_set() and close is not None:
                 close()
+            self.cpu_s = time.thread_time()
 
     def __iter__(self):
         return self
