@@ -363,9 +363,17 @@ def test_from_file_streams_and_names_the_bad_line(tmp_path):
     r2 = Router()
     r2.configure(BASE)
     before = r2.dump()
+    t = r2._tables
+
+    def memory():
+        return (len(t.entries), len(t.free_dsts), len(t.dsts), t.nh_pool.end, len(t.nh_shared),
+                len(t.nh_idle), sorted((k, lpm.groups_in_use) for k, lpm in t.lpms.items()),
+                len(t.retired), len(t.lpm_pending), len(r2.state.routes))
+    mem = memory()
     with open(f) as fh, pytest.raises(ConfigError):
         r2.configure(fh)
     assert r2.dump() == before
+    assert memory() == mem            # nothing allocated, nothing left pending
 
 
 def test_small_tables_rebuilt_only_when_they_change(monkeypatch):
