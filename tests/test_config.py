@@ -978,6 +978,28 @@ def test_fast_ipv6_parse_agrees_with_ipaddress(tok):
     assert got == want and (got is None or got.scope_id == want.scope_id)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.ip_addresses(), st.integers(0, 128), st.ip_addresses())
+def test_parsed_prefixes_are_ipaddress_networks(addr, plen, other):
+    """_parse_prefix's networks (hashed once) equal, hash, order, print and
+    pickle as the ipaddress networks of the same prefix, so either finds
+    the other in a dict."""
+    from fastpath.config import _parse_prefix
+    plen = min(plen, addr.max_prefixlen)
+    _a, _n, net = _parse_prefix(f"{addr}/{plen}", None)
+    ref = ipaddress.ip_network(f"{addr}/{plen}", strict=False)
+    assert type(net) is not type(ref) and isinstance(net, type(ref))
+    assert net == ref and ref == net and not net != ref and hash(net) == hash(ref)
+    assert {ref: 1}[net] == 1 and {net: 2}[ref] == 2
+    assert str(net) == str(ref) and repr(net) == repr(ref)
+    assert pickle.loads(pickle.dumps(net)) == ref
+    o = ipaddress.ip_network(f"{other}/{other.max_prefixlen}")
+    _b, _m, onet = _parse_prefix(f"{other}/{other.max_prefixlen}", None)
+    assert (net == onet) == (ref == o) and (net != onet) == (ref != o)
+    if o.version == ref.version:
+        assert (net < onet) == (ref < o)
+
+
 def _slow_v4(tok):
     parts = tok.split(".")
     if not 1 <= len(parts) <= 4 or not all(re.fullmatch(r"[0-9]{1,3}", p) and int(p) <= 255

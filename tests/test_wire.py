@@ -163,6 +163,18 @@ def _nstat(ns, name):
     return 0
 
 
+def check_neighbours_resolved(doc):
+    """A --json run's summary after the pings: ARP and ND both ways, and
+    both hosts learned on their devices in both families."""
+    nb = doc["counters"]["neighbour"]
+    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
+    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
+    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
+    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
+                   ("2001:db8:2::2", "r2")):
+        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+
+
 def test_ping_through_fastpath(topo):
     """IPv4 and IPv6 pings h1 -> h2 through fastpath, no static neighbours:
     the hosts resolve fastpath's MAC (ARP, NS) and fastpath theirs; h2 sees
@@ -185,13 +197,7 @@ def test_ping_through_fastpath(topo):
     doc = json.loads(out)
     c = doc["counters"]
     assert c["verdicts"]["forward"] >= 12
-    nb = c["neighbour"]
-    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
-    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
-    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
-    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
-                   ("2001:db8:2::2", "r2")):
-        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+    check_neighbours_resolved(doc)
     assert table not in _tables()
 
 

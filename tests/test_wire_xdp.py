@@ -120,13 +120,7 @@ def test_ping_through_fastpath_af_xdp(topo):
     c = doc["counters"]
     assert c["backend"] == "af_xdp" and set(doc["xdp_modes"]) == {"r1", "r2"}
     assert c["verdicts"]["forward"] >= 12
-    nb = c["neighbour"]
-    assert nb["arp_replies_tx"] >= 1 and nb["arp_requests_tx"] >= 1
-    assert nb["na_tx"] >= 1 and nb["ns_tx"] >= 1
-    learned = {" ".join(l.split()[:3]) for l in doc["neighbours"]}
-    for a, dev in (("10.1.0.2", "r1"), ("10.2.0.2", "r2"), ("2001:db8:1::2", "r1"),
-                   ("2001:db8:2::2", "r2")):
-        assert f"{a} dev {dev}" in learned, doc["neighbours"]
+    tw.check_neighbours_resolved(doc)
     assert _xdp_attached() == [] and _xdp_loader_clean()
 
 

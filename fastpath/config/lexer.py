@@ -202,11 +202,12 @@ def _parse_addr(tok: str, fam: Optional[int], what: str = "address") -> IPAddres
     return a
 
 
-class _Net4(ipaddress.IPv4Network):
-    """An IPv4Network that computes its hash once.  A route's prefix is
-    hashed a dozen times per change (the keys of the routes, their indexes
-    and the compiled entries all hold it) and ipaddress hashes in Python.
-    Equal to, and hashed as, the IPv4Network of the same prefix."""
+class _HashedOnce:
+    """A network that computes its hash once.  A route's prefix is hashed a
+    dozen times per change (the keys of the routes, their indexes and the
+    compiled entries all hold it) and ipaddress hashes in Python.  Equal
+    to, and hashed as, the ipaddress network of the same prefix (mixed in
+    before it: _Net4, _Net6)."""
 
     def __hash__(self):
         h = self.__dict__.get("_h")
@@ -218,29 +219,18 @@ class _Net4(ipaddress.IPv4Network):
         if type(other) is type(self):
             return (self._prefixlen == other._prefixlen
                     and self.network_address._ip == other.network_address._ip)
-        return ipaddress.IPv4Network.__eq__(self, other)
+        return super().__eq__(other)
 
     def __repr__(self):
-        return f"IPv4Network('{self}')"
+        return f"{type(self).__mro__[2].__name__}('{self}')"
 
 
-class _Net6(ipaddress.IPv6Network):
-    """As _Net4, for IPv6."""
+class _Net4(_HashedOnce, ipaddress.IPv4Network):
+    pass
 
-    def __hash__(self):
-        h = self.__dict__.get("_h")
-        if h is None:
-            h = self._h = hash(int(self.network_address) ^ int(self.netmask))
-        return h
 
-    def __eq__(self, other):
-        if type(other) is type(self):
-            return (self._prefixlen == other._prefixlen
-                    and self.network_address._ip == other.network_address._ip)
-        return ipaddress.IPv6Network.__eq__(self, other)
-
-    def __repr__(self):
-        return f"IPv6Network('{self}')"
+class _Net6(_HashedOnce, ipaddress.IPv6Network):
+    pass
 
 
 def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
