@@ -55,6 +55,7 @@ cdef extern from *:
     #define PACKET_IGNORE_OUTGOING 23
     #endif
     #include <linux/filter.h>
+    #include "fp_csum.h"
 
     /* The frames the neighbour subsystem reads (the control process of
        --workers, beside the workers' fanout sockets): ARP, and ICMPv6
@@ -187,37 +188,12 @@ cdef extern from *:
     /* A frame the kernel handed over with CHECKSUM_PARTIAL
        (TP_STATUS_CSUMNOTREADY: sent by a local stack, e.g. a host behind a
        veth with checksum offload): its TCP/UDP checksum field holds only the
-       pseudo-header sum.  Complete it as skb_checksum_help does before a
-       device without offload (sum from the L4 header to the end, folded,
-       complemented), for IPv4 (not a fragment) and IPv6 (TCP/UDP right
-       after the fixed header); returns 0 when it could not. */
+       pseudo-header sum; completed as skb_checksum_help does (fp_csum.h).
+       Returns 0 when it could not. */
     static int fpap_csum_fix(uint8_t *f, unsigned len) {
-        unsigned l3 = 14, l4, off, k;
-        uint16_t et = (uint16_t)(f[12] << 8 | f[13]);
-        uint8_t proto;
-        uint32_t sum = 0;
-        if (et == 0x8100 && len >= 18) { et = (uint16_t)(f[16] << 8 | f[17]); l3 = 18; }
-        if (et == 0x0800) {
-            if (len < l3 + 20) return 0;
-            if ((f[l3 + 6] & 0x3f) || f[l3 + 7]) return 0;       /* MF or offset */
-            proto = f[l3 + 9];
-            l4 = l3 + (f[l3] & 15) * 4;
-            len = l3 + (f[l3 + 2] << 8 | f[l3 + 3]) <= len ? l3 + (f[l3 + 2] << 8 | f[l3 + 3]) : len;
-        } else if (et == 0x86DD) {
-            if (len < l3 + 40) return 0;
-            proto = f[l3 + 6];
-            l4 = l3 + 40;
-            len = l3 + 40 + (f[l3 + 4] << 8 | f[l3 + 5]) <= len ? l3 + 40 + (f[l3 + 4] << 8 | f[l3 + 5]) : len;
-        } else return 0;
-        if (proto == 6) off = 16; else if (proto == 17) off = 6; else return 0;
-        if (len < l4 + off + 2) return 0;
-        for (k = l4; k + 1 < len; k += 2) sum += (uint32_t)(f[k] << 8 | f[k + 1]);
-        if (k < len) sum += (uint32_t)f[k] << 8;
-        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-        sum = ~sum & 0xffff;
-        if (proto == 17 && sum == 0) sum = 0xffff;
-        f[l4 + off] = (uint8_t)(sum >> 8);
-        f[l4 + off + 1] = (uint8_t)sum;
+        fp_l4 x;
+        if (!fp_l4_find(f, len, &x)) return 0;
+        fp_l4_complete(f, &x);
         return 1;
     }
 

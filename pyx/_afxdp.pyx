@@ -58,6 +58,7 @@ cdef extern from *:
     #include <xdp/xsk.h>
     #include <xdp/libxdp.h>
     #include <bpf/libbpf.h>
+    #include "fp_csum.h"
     #ifndef SOL_XDP
     #define SOL_XDP 283
     #endif
@@ -203,49 +204,14 @@ cdef extern from *:
        e.g. a host behind a veth): its TCP/UDP checksum field holds the
        folded pseudo-header sum and nothing else, and XDP passes no flag
        saying so (AF_PACKET's TP_STATUS_CSUMNOTREADY).  Such a field is
-       recognised by that value and completed as skb_checksum_help does
-       (the sum from the L4 header, the field included, to the end of the
-       IP payload, folded, complemented).  A complete checksum that happens
-       to equal the pseudo-header sum (1 in 65536) is left as it was: the
-       completion gives the same value back.  Returns 1 when it completed. */
+       recognised by that value and completed (fp_csum.h).  A complete
+       checksum that happens to equal the pseudo-header sum (1 in 65536) is
+       left as it was: the completion gives the same value back.  Returns 1
+       when it completed. */
     static int fpxs_csum_partial(uint8_t *f, unsigned len) {
-        unsigned l3 = 14, l4, l4len, off, k, field;
-        uint16_t et = (uint16_t)(f[12] << 8 | f[13]);
-        uint8_t proto;
-        uint32_t ps = 0, sum = 0;
-        if (et == 0x8100 && len >= 18) { et = (uint16_t)(f[16] << 8 | f[17]); l3 = 18; }
-        if (et == 0x0800) {
-            unsigned ihl, tot;
-            if (len < l3 + 20) return 0;
-            if ((f[l3 + 6] & 0x3f) || f[l3 + 7]) return 0;       /* MF or offset */
-            ihl = (f[l3] & 15) * 4u;
-            tot = (unsigned)(f[l3 + 2] << 8 | f[l3 + 3]);
-            if (ihl < 20 || tot < ihl || l3 + tot > len) return 0;
-            proto = f[l3 + 9];
-            l4 = l3 + ihl;
-            l4len = tot - ihl;
-            for (k = 12; k < 20; k += 2) ps += (uint32_t)(f[l3 + k] << 8 | f[l3 + k + 1]);
-        } else if (et == 0x86DD) {
-            if (len < l3 + 40) return 0;
-            proto = f[l3 + 6];
-            l4 = l3 + 40;
-            l4len = (unsigned)(f[l3 + 4] << 8 | f[l3 + 5]);
-            if (l4 + l4len > len) return 0;
-            for (k = 8; k < 40; k += 2) ps += (uint32_t)(f[l3 + k] << 8 | f[l3 + k + 1]);
-        } else return 0;
-        if (proto == 6) off = 16; else if (proto == 17) off = 6; else return 0;
-        if (l4len < off + 2) return 0;
-        ps += proto + (l4len & 0xffff) + (l4len >> 16);
-        while (ps >> 16) ps = (ps & 0xffff) + (ps >> 16);
-        field = (unsigned)(f[l4 + off] << 8 | f[l4 + off + 1]);
-        if (field != ps) return 0;
-        for (k = l4; k + 1 < l4 + l4len; k += 2) sum += (uint32_t)(f[k] << 8 | f[k + 1]);
-        if (k < l4 + l4len) sum += (uint32_t)f[k] << 8;
-        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-        sum = ~sum & 0xffff;
-        if (proto == 17 && sum == 0) sum = 0xffff;
-        f[l4 + off] = (uint8_t)(sum >> 8);
-        f[l4 + off + 1] = (uint8_t)sum;
+        fp_l4 x;
+        if (!fp_l4_find(f, len, &x) || fp_l4_field(f, &x) != x.pseudo) return 0;
+        fp_l4_complete(f, &x);
         return 1;
     }
 
