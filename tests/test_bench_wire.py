@@ -1,0 +1,121 @@
+"""``python -m fastpath.bench_wire --generator trafgen --pdr``: the
+smallest rate search (one bisection step of half a second) has the JSON
+shape the docs describe, and neither it nor a SIGTERM in the middle of a
+run leaves a namespace, an nftables table or a process behind.  Root,
+network namespaces, nftables and trafgen (netsniff-ng); skipped with the
+reason otherwise."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _why_skip():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, AF_PACKET, nftables)"
+    for tool, pkg in (("ip", "iproute2"), ("nft", "nftables"), ("trafgen", "netsniff-ng")):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (apt-get install {pkg})"
+    probe = f"fpq{os.getpid() % 100000}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode:
+        return f"network namespaces not available: {r.stderr.strip()[:100]}"
+    try:
+        r = subprocess.run(["ip", "-n", probe, "link", "add", "fpa", "type", "veth", "peer", "name",
+                            "fpb"], capture_output=True, text=True)
+        if r.returncode:
+            return f"veth not available: {r.stderr.strip()[:100]}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+_SKIP = _why_skip()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+
+def _state(pid):
+    """What a bench_wire of process ``pid`` could leave: its namespaces
+    (fpb<pid>...), the root namespace's nftables tables, its processes."""
+    ns = [n.split()[0] for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                               text=True).stdout.splitlines()
+          if n.startswith(f"fpb{pid % 100000}")]
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    return ns, tables
+
+
+def _bench(*args):
+    return subprocess.Popen([sys.executable, "-m", "fastpath.bench_wire", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT))
+
+
+def test_pdr_smallest_trial(tmp_path):
+    before = _state(0)[1]
+    out = tmp_path / "b.json"
+    p = _bench("--generator", "trafgen", "--pdr", "--trials", "1", "--seconds", "0.4", "--runs", "1",
+               "--scenario", "End.DX4", "--forwarders", "fastpath,kernel", "--json", str(out))
+    so, se = p.communicate(timeout=60)
+    assert p.returncode == 0, se
+    doc = json.loads(so)
+    assert doc == json.loads(out.read_text())
+    assert doc["generator"] == "trafgen" and doc["loss_target"] == 0.005 and doc["trials"] == 1
+    assert set(doc["results"]) == {"End.DX4 fastpath", "End.DX4 kernel"}
+    for key, r in doc["results"].items():
+        # the keys of an overload run, as without --pdr, and the search
+        for k in ("offered_pps", "forwarded_pps", "loss", "sent", "forwarded", "cpu_per_s",
+                  "forwarded_pps_runs", "pdr_rate_pps_runs"):
+            assert k in r, (key, k)
+        assert set(r["cpu_per_s"]) >= {"generator", "fastpath", "softirq_all", "machine_busy"}
+        pdr = r["pdr"]
+        assert pdr["loss_target"] == 0.005 and 1 <= len(pdr["trials"]) <= 2
+        assert pdr["max_offered_pps"] == pdr["trials"][0]["offered_pps"] > 0
+        assert 0 <= pdr["rate_pps"] <= max(t["offered_pps"] for t in pdr["trials"])
+        if pdr["rate_pps"]:
+            assert pdr["loss"] <= 0.005
+        assert r["forwarded"] > 0, (key, r)          # End.DX4 reached h2 through each
+    assert doc["results"]["End.DX4 fastpath"]["fastpath_verdicts"]
+    # the pasteable table, one row per forwarder
+    assert "rate at ≤0.5% loss" in se and se.count("| End.DX4 |") == 2
+    ns, tables = _state(p.pid)
+    assert ns == [] and tables == before
+
+
+def _trafgens():
+    return {int(x) for x in subprocess.run(["pgrep", "-x", "trafgen"], capture_output=True,
+                                           text=True).stdout.split()}
+
+
+def test_sigterm_mid_run_leaves_nothing():
+    before = _state(0)[1]
+    gens = _trafgens()
+    p = _bench("--generator", "trafgen", "--seconds", "5", "--runs", "1", "--scenario", "End",
+               "--forwarders", "fastpath")
+    r = f"fpb{p.pid % 100000}r"
+    end = time.monotonic() + 30
+    # wait for fastpath.run attached in r and trafgen in h1 (both running)
+    while time.monotonic() < end:
+        pids = subprocess.run(["ip", "netns", "pids", f"fpb{p.pid % 100000}h1"],
+                              capture_output=True, text=True).stdout.split()
+        if pids and subprocess.run(["ip", "netns", "pids", r], capture_output=True,
+                                   text=True).stdout.split():
+            break
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.1)
+    else:
+        pytest.fail("bench_wire's generator never started")
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode != 0
+    ns, tables = _state(p.pid)
+    assert ns == [] and tables == before
+    assert _trafgens() <= gens, "a trafgen left sending"
