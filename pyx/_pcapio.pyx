@@ -375,9 +375,11 @@ cdef inline void pack_prefetch(const uint8_t* d0, Py_ssize_t slot, const int32_t
         fp_io_prefetch(p + 64)
 
 
-# The packers keep the GIL (a batch packs in ~0.1 ms): the thread that calls
-# them also runs the datapath, and each release would cost it a wait for the
-# GIL behind the reader thread's Python code.
+# The packers release the GIL for their copy loops (a batch packs in
+# ~0.1 ms): the replay's reader thread runs its Python (batch construction,
+# the record walk's bookkeeping) meanwhile, instead of waiting for it.
+# Everything they touch is checked first, with the GIL, and the arrays are
+# held by the call's memoryviews.
 
 def pack_pcap(const uint8_t[:, ::1] data, const int32_t[::1] start, const int32_t[::1] length,
               const int64_t[::1] rows, const int64_t[::1] ts_ns, bint nanosecond, uint32_t snaplen,
@@ -401,25 +403,26 @@ def pack_pcap(const uint8_t[:, ::1] data, const int32_t[::1] start, const int32_
         return 0
     o = &out[0]
     d0 = &data[0, 0] if slot else NULL     # (slot 0: every packet is empty)
-    for k in range(min(n, PACK_AHEAD)):
-        pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
-    for k in range(n):
-        pack_prefetch(d0, slot, &start[0], &rows[0], k + PACK_AHEAD, n)
-        r = rows[k]
-        ln = <uint32_t>length[r]
-        c = ln
-        if snaplen and c > snaplen:
-            c = snaplen
-        ts = ts_ns[r]
-        if ts < 0:
-            ts = 0
-        wr32(o + pos, <uint32_t>(ts // 1000000000))
-        wr32(o + pos + 4, <uint32_t>(ts % 1000000000 if nanosecond
-                                     else (ts % 1000000000) // 1000))
-        wr32(o + pos + 8, c)
-        wr32(o + pos + 12, ln)
-        memcpy(o + pos + 16, d0 + r * slot + start[r], c)
-        pos += 16 + c
+    with nogil:
+        for k in range(min(n, PACK_AHEAD)):
+            pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
+        for k in range(n):
+            pack_prefetch(d0, slot, &start[0], &rows[0], k + PACK_AHEAD, n)
+            r = rows[k]
+            ln = <uint32_t>length[r]
+            c = ln
+            if snaplen and c > snaplen:
+                c = snaplen
+            ts = ts_ns[r]
+            if ts < 0:
+                ts = 0
+            wr32(o + pos, <uint32_t>(ts // 1000000000))
+            wr32(o + pos + 4, <uint32_t>(ts % 1000000000 if nanosecond
+                                         else (ts % 1000000000) // 1000))
+            wr32(o + pos + 8, c)
+            wr32(o + pos + 12, ln)
+            memcpy(o + pos + 16, d0 + r * slot + start[r], c)
+            pos += 16 + c
     return pos
 
 
@@ -479,40 +482,41 @@ def pack_epb(const uint8_t[:, ::1] data, const int32_t[::1] start, const int32_t
         return 0, -1
     o = &out[0]
     d0 = &data[0, 0] if slot else NULL     # (slot 0: every packet is empty)
-    for k in range(min(n, PACK_AHEAD)):
-        pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
-    for k in range(n):
-        pack_prefetch(d0, slot, &start[0], &rows[0], k + PACK_AHEAD, n)
-        r = rows[k]
-        i = lut[ifx[r]]
-        counts[i] += 1
-        ln = <uint32_t>length[r]
-        c = ln
-        if snaplen and c > snaplen:
-            c = snaplen
-        pc = pad4(c)
-        ol = opt_len[k] if has_opts else 0
-        blen = 32 + pc + ol
-        t = ts[r]
-        if t < 0:
-            t = 0
-        q = o + pos
-        wr32(q, 6)
-        wr32(q + 4, <uint32_t>blen)
-        wr32(q + 8, <uint32_t>i)
-        wr32(q + 12, <uint32_t>(<uint64_t>t >> 32))
-        wr32(q + 16, <uint32_t>(<uint64_t>t & 0xFFFFFFFFU))
-        wr32(q + 20, c)
-        wr32(q + 24, ln)
-        # the padding first (at most 3 bytes, stored directly rather than a
-        # memset call), then the data over the start of it
-        if pc >= 4:
-            wr32(q + 28 + pc - 4, 0)
-        memcpy(q + 28, d0 + r * slot + start[r], c)
-        if ol:
-            memcpy(q + 28 + pc, &opts[opt_off[k]], ol)
-        wr32(q + blen - 4, <uint32_t>blen)
-        pos += blen
+    with nogil:
+        for k in range(min(n, PACK_AHEAD)):
+            pack_prefetch(d0, slot, &start[0], &rows[0], k, n)
+        for k in range(n):
+            pack_prefetch(d0, slot, &start[0], &rows[0], k + PACK_AHEAD, n)
+            r = rows[k]
+            i = lut[ifx[r]]
+            counts[i] += 1
+            ln = <uint32_t>length[r]
+            c = ln
+            if snaplen and c > snaplen:
+                c = snaplen
+            pc = pad4(c)
+            ol = opt_len[k] if has_opts else 0
+            blen = 32 + pc + ol
+            t = ts[r]
+            if t < 0:
+                t = 0
+            q = o + pos
+            wr32(q, 6)
+            wr32(q + 4, <uint32_t>blen)
+            wr32(q + 8, <uint32_t>i)
+            wr32(q + 12, <uint32_t>(<uint64_t>t >> 32))
+            wr32(q + 16, <uint32_t>(<uint64_t>t & 0xFFFFFFFFU))
+            wr32(q + 20, c)
+            wr32(q + 24, ln)
+            # the padding first (at most 3 bytes, stored directly rather than a
+            # memset call), then the data over the start of it
+            if pc >= 4:
+                wr32(q + 28 + pc - 4, 0)
+            memcpy(q + 28, d0 + r * slot + start[r], c)
+            if ol:
+                memcpy(q + 28 + pc, &opts[opt_off[k]], ol)
+            wr32(q + blen - 4, <uint32_t>blen)
+            pos += blen
     return pos, -1
 
 
@@ -599,6 +603,7 @@ def pack_selected(bint pcapng, const uint8_t[::1] verdict, const uint8_t[::1] se
     cdef Py_ssize_t i, need = 0, pos = 0, npk = 0, ncount = counts.shape[0]
     cdef uint32_t c, x
     cdef int64_t s
+    cdef const uint8_t* d0
     if sel.shape[0] < 256:
         raise ValueError("sel needs 256 entries")
     if (verdict.shape[0] != nrow or start.shape[0] != nrow or length.shape[0] != nrow
@@ -624,9 +629,9 @@ def pack_selected(bint pcapng, const uint8_t[::1] verdict, const uint8_t[::1] se
         return -need, 0, -1
     if npk == 0:
         return 0, 0, -1
-    # with the GIL held, as the packers above (the caller runs the datapath)
-    pos = _pack_selected(pcapng, nrow, slot, &verdict[0], &sel[0],
-                         &data[0, 0] if slot else NULL, &start[0],
-                         &length[0], &keys[0], &lut[0], &ts[0], nanosecond, snaplen, &out[0],
-                         &counts[0])
+    d0 = &data[0, 0] if slot else NULL
+    with nogil:                          # (see the packers above)
+        pos = _pack_selected(pcapng, nrow, slot, &verdict[0], &sel[0], d0, &start[0],
+                             &length[0], &keys[0], &lut[0], &ts[0], nanosecond, snaplen,
+                             &out[0], &counts[0])
     return pos, npk, -1

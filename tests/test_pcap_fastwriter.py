@@ -226,3 +226,74 @@ def test_records_reach_the_file_when_a_chunk_fills_or_at_flush(threaded):
     w.close()
     got = [p for x in fp.read_batches(io.BytesIO(bio.getvalue())) for p in x.packets()]
     assert got == [b"\x60" + bytes(99)] * 10
+
+
+def _runs_without_the_gil(call, tries=20):
+    """Whether another Python thread makes progress while ``call()`` runs.
+    With a 1 s switch interval the calling thread keeps the GIL unless it
+    releases it itself; the other thread gives it back at each step."""
+    import sys
+    import threading
+    import time
+    state = {"n": 0, "stop": False}
+
+    def spin():
+        while not state["stop"]:
+            state["n"] += 1
+            time.sleep(0)                # releases the GIL every step
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    try:
+        while state["n"] == 0:
+            time.sleep(0.001)
+        for _ in range(tries):
+            n0 = state["n"]
+            call()
+            if state["n"] > n0:
+                return True
+        return False
+    finally:
+        state["stop"] = True
+        t.join()
+        sys.setswitchinterval(old)
+
+
+@pytest.mark.skipif(fp._cio is None, reason="fastpath._pcapio not built")
+def test_compiled_packers_and_reader_loops_release_the_gil():
+    """pack_selected / pack_epb / pack_pcap (the writer) and scan / gather
+    (the reader) let the replay's other threads run while they copy: the
+    reader, the datapath and the writer overlap on separate CPUs."""
+    io_ = fp._cio
+    n, slot = 60_000, 256
+    data = np.full((n, slot), 7, np.uint8)
+    start = np.zeros(n, np.int32)
+    length = np.full(n, 200, np.int32)
+    verdict = np.ones(n, np.uint8)
+    sel = np.zeros(256, np.uint8)
+    sel[1] = 1
+    keys = np.zeros(n, np.uint32)
+    lut = np.zeros(1, np.int64)
+    ts = np.arange(n, dtype=np.int64)
+    out = np.empty(n * (32 + slot), np.uint8)
+    counts = np.zeros(1, np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    e64, e32, e8 = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint8)
+    assert _runs_without_the_gil(lambda: io_.pack_selected(
+        True, verdict, sel, data, start, length, keys, lut, ts, True, 0, out, counts))
+    assert _runs_without_the_gil(lambda: io_.pack_epb(
+        data, start, length, rows, keys, lut, ts, e8, e64, e32, 0, out, counts))
+    assert _runs_without_the_gil(lambda: io_.pack_pcap(
+        data, start, length, rows, ts, True, 0, out))
+    # the reader: the records just packed as pcap, walked and copied back
+    k = io_.pack_pcap(data, start, length, rows, ts, True, 0, out)
+    off, cap = np.zeros(n, np.int64), np.zeros(n, np.int32)
+    wlen, rts = np.zeros(n, np.uint32), np.zeros(n, np.int64)
+    assert _runs_without_the_gil(lambda: io_.scan_pcap(
+        out, 0, k, False, 65535, 1, off, cap, wlen, rts, 0, n))
+    assert io_.scan_pcap(out, 0, k, False, 65535, 1, off, cap, wlen, rts, 0, n)[0] == n
+    back = np.empty((n, slot), np.uint8)
+    assert _runs_without_the_gil(lambda: io_.gather(out, off, cap, back, 0))
+    assert (back[:, :200] == 7).all()
