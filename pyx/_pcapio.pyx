@@ -363,7 +363,8 @@ cdef extern from *:
 # Rows are prefetched this many packets ahead of the copy (their first two
 # lines: a batch just processed is in cache, one from DRAM is not; packing
 # 40 batches of 94-byte frames cold took 66 ns a packet without, hot 15).
-DEF PACK_AHEAD = 6
+cdef enum:
+    PACK_AHEAD = 6
 
 
 cdef inline void pack_prefetch(const uint8_t* d0, Py_ssize_t slot, const int32_t* st,
