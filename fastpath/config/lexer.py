@@ -210,10 +210,11 @@ class _HashedOnce:
     before it: _Net4, _Net6)."""
 
     def __hash__(self):
-        h = self.__dict__.get("_h")
-        if h is None:
+        try:
+            return self._h        # (an instance attribute: the common case, cheapest)
+        except AttributeError:
             h = self._h = hash(int(self.network_address) ^ int(self.netmask))
-        return h
+            return h
 
     def __eq__(self, other):
         if type(other) is type(self):

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ..tables import _holds_strict
-from .errors import _err, _unsupported
+from .errors import ConfigError, _err, _unsupported
 from .objects import (IPAddress, Nexthop, REJECT_TYPES, Route, ROUTE_TYPES, RT_PROTOS, RT_SCOPES,
                       RT_TABLE_LOCAL, RT_TABLE_MAIN, _LOCAL_TABLE_TYPES, _PROTO_BY_NAME,
                       _SCOPE_BY_NAME)
@@ -449,6 +449,13 @@ class _RouteCommands:
         if not args:
             return
         tok = args[0]
+        if tok in ("add", "replace") and self._plain_route(fam, args):
+            return
+        # the general path may change what the plain one cached (a local
+        # route makes a gateway invalid): the cache goes
+        c = self.__dict__.get("_plainc")
+        if c:
+            self._plainc = {}
         sub = "change" if tok == "chg" else _matches(
             tok, ("add", "change", "replace", "prepend", "append", "test", "delete", "list",
                   "show", "lst", "get", "flush", "save", "restore", "showdump", "help"))
@@ -504,6 +511,83 @@ class _RouteCommands:
                         raise _err(f"route {where} nexthop via {nh.gw}: RTNETLINK answers: "
                                    "File exists", str(nh.gw))
                 self.routes[key] = replace(cur, nexthops=cur.nexthops + r.nexthops)
+
+    def _plain_route(self, fam, args: list) -> bool:
+        """The common line of a route feed -- ``add|replace PREFIX via GW
+        [dev DEV] [metric M] [proto P]``, a unicast route of table main --
+        applied without the general parser: the same Route as
+        ``_build_route`` gives, its nexthops tuple shared by every route
+        through the same gateway and device.  Returns False, having changed
+        nothing, for any other line and for anything the general path would
+        refuse or treat specially (a bad or default prefix, IPv4 host bits,
+        a device not yet known, a gateway not yet validated and refused, an
+        ``add`` of an existing key): the general path then gives the result
+        or the error.  tests/test_config.py holds the two to the same
+        routes and errors.
+
+        A gateway is validated (``_check_gw``) once per (family, gateway,
+        device) and cached in ``_plainc``; every other command empties the
+        cache (an address, a local route or a device may change what that
+        check says), as ``begin`` and ``rollback`` do."""
+        n = len(args)
+        if n < 4 or n > 10 or n & 1:
+            return False
+        via = dev = metric = proto = None
+        for i in range(2, n, 2):
+            kw, v = args[i], args[i + 1]
+            if kw == "via" and via is None:
+                via = v
+            elif kw == "dev" and dev is None:
+                dev = v
+            elif kw == "metric" and metric is None:
+                if not (v.isascii() and v.isdigit()):
+                    return False
+                metric = int(v)
+                if metric > 0xFFFFFFFF:
+                    return False
+            elif kw == "proto" and proto is None:
+                if v not in _PROTO_BY_NAME:
+                    return False
+                proto = "boot" if v == "unspec" else v
+            else:
+                return False
+        if via is None:
+            return False
+        try:
+            p = _parse_prefix(args[1], fam)
+        except ConfigError:
+            return False
+        if p is None:
+            return False
+        a, _plen, net = p
+        rfam = a.version
+        if rfam == 4 and net.network_address != a:
+            return False
+        c = self.__dict__.get("_plainc")
+        if c is None:
+            return False                     # (outside a transaction)
+        nk = (rfam, via, dev)
+        nhs = c.get(nk)
+        if nhs is None:
+            if dev is not None and dev not in self.interfaces:
+                return False
+            try:
+                gw = _parse_addr(via, rfam, "address")
+                nh = Nexthop(gw, dev, 1)
+                self._check_gw(rfam, nh)
+            except ConfigError:
+                return False
+            nhs = c[nk] = (nh,)
+        if metric is None or (rfam == 6 and metric == 0):
+            metric = 1024 if rfam == 6 else 0
+        key = (rfam, RT_TABLE_MAIN, net, metric)
+        routes = self.routes
+        if args[0] == "add" and key in routes:
+            return False
+        routes[key] = Route(rfam, net, RT_TABLE_MAIN, "unicast", metric, nhs, None,
+                            proto or "boot", "global" if rfam == 4 else None,
+                            None, None, None, None)
+        return True
 
     def _route_flush(self, fam, args: list):
         """``ip route flush [table T|all] [proto P]`` (iproute2: arguments

@@ -128,7 +128,11 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         # emptied by every command that is not a route (see _ip); kept from
         # the last transaction while its interfaces are still these
         kept = self.__dict__.get("_addrc_kept")
-        self._addrc = kept[1] if kept is not None and kept[0] is self.interfaces else {}
+        same = kept is not None and kept[0] is self.interfaces
+        self._addrc = kept[1] if same else {}
+        # the plain route lines' validated nexthops (_RouteCommands._plain_route),
+        # kept on the same terms
+        self._plainc = kept[2] if same else {}
         self._addrc_kept = None
         return saved
 
@@ -156,14 +160,14 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         """End the transaction: (route key, before, after) of the routes it
         changed (None: absent), see RouteTable.pending."""
         if self._addrc is not None:
-            self._addrc_kept = (self.interfaces, self._addrc)
-        self._addrc = None
+            self._addrc_kept = (self.interfaces, self._addrc, self._plainc)
+        self._addrc = self._plainc = None
         self._cow = False
         return self.routes.commit()
 
     def rollback(self, saved):
         """Undo everything since ``begin`` (which returned ``saved``)."""
-        self._addrc = None
+        self._addrc = self._plainc = None
         self._cow = False
         (self.interfaces, self.rules, self.neighbours, self.proxies, self.sr_tunsrc,
          self.hmac_keys, self.sysctls, self._vrf_rules_added) = saved
@@ -184,6 +188,8 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         elif base == "sysctl":
             if self.__dict__.get("_addrc"):
                 self._addrc = {}          # (a sysctl may take addresses away)
+            if self.__dict__.get("_plainc"):
+                self._plainc = {}
             self._own_small()
             self._sysctl(toks[1:])
         else:
@@ -245,12 +251,16 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         # of the transaction (begin) goes, before and after
         if self.__dict__.get("_addrc"):
             self._addrc = {}
+        if self.__dict__.get("_plainc"):
+            self._plainc = {}
         self._own_small()
         try:
             self._ip_other(obj, objtok, fam, rest)
         finally:
             if self.__dict__.get("_addrc"):
                 self._addrc = {}
+            if self.__dict__.get("_plainc"):
+                self._plainc = {}
 
     def _ip_other(self, obj, objtok, fam, rest):
         if obj == "address":
