@@ -525,6 +525,7 @@ def _add_stats(res, stats):
     if not stats:
         return
     res["ring_drops"] = sum(i["ring_drops"] for i in stats["interfaces"].values())
+    res["ring_freezes"] = sum(i.get("ring_freezes", 0) for i in stats["interfaces"].values())
     res["tx_error"] = stats["wire"]["tx_error"]
     res["fastpath_rx"] = sum(i["rx"] for i in stats["interfaces"].values())
     res["fastpath_tx"] = sum(i["tx"] for i in stats["interfaces"].values())

@@ -2,7 +2,8 @@
 
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
         [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
-        [--qdisc-bypass] [--backend af_packet|af_xdp] [--xdp-mode MODE] [--workers N]
+        [--qdisc-bypass] [--ring-mb MB] [--backend af_packet|af_xdp] [--xdp-mode MODE]
+        [--workers N]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
@@ -47,6 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     ap.add_argument("--batch", type=int, default=256, help="packets per batch (default 256)")
     ap.add_argument("--qdisc-bypass", action="store_true", help="PACKET_QDISC_BYPASS on TX")
+    ap.add_argument("--ring-mb", type=float, default=None, metavar="MB",
+                    help="af_packet: the RX ring of each socket, in MiB (default 32: 256 "
+                         "blocks of 128 KiB; with --workers, each worker's)")
     ap.add_argument("--backend", choices=("af_packet", "af_xdp"), default="af_packet",
                     help="packet I/O: AF_PACKET rings (default) or AF_XDP sockets (libxdp)")
     ap.add_argument("--xdp-mode", choices=("auto", "drv", "skb", "zerocopy"), default="auto",
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
     if args.netns is not None:
         return _in_netns(args.netns, sys.argv[1:] if argv is None else list(argv))
 
-    from .wire.live import Live, LiveError
+    from .wire.live import Live, LiveError, ring_blocks
     try:
         with open(args.config) as f:
             text = f.read()
@@ -77,6 +81,12 @@ def main(argv=None) -> int:
         return 2
     if args.workers is not None and args.backend != "af_packet":
         print("fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)", file=sys.stderr)
+        return 2
+    if args.ring_mb is not None and not 1 <= args.ring_mb <= 4096:
+        print("fastpath.run: --ring-mb must be 1..4096", file=sys.stderr)
+        return 2
+    if args.ring_mb is not None and args.backend != "af_packet":
+        print("fastpath.run: --ring-mb is for --backend af_packet", file=sys.stderr)
         return 2
     if args.stats is not None and args.stats < 0:
         print("fastpath.run: --stats SECONDS must be positive", file=sys.stderr)
@@ -93,13 +103,14 @@ def main(argv=None) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hup)
+    ring = {} if args.ring_mb is None else {"block_nr": ring_blocks(args.ring_mb)}
     if args.workers is not None:
         from .wire.workers import Supervisor
         live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
-                          qdisc_bypass=args.qdisc_bypass)
+                          qdisc_bypass=args.qdisc_bypass, **ring)
     else:
         live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
-                    backend=args.backend, xdp_mode=args.xdp_mode)
+                    backend=args.backend, xdp_mode=args.xdp_mode, **ring)
     t0 = time.monotonic()
     rc = 0
     try:
@@ -244,7 +255,8 @@ def _report(live, args, elapsed, sig):
         print("  af_xdp: " + " ".join(f"{n} {m}" for n, m in live.xdp_modes().items()), file=out)
     if args.stats is not None:
         for name, i in c["interfaces"].items():
-            print(f"  {name}: rx {i['rx']} tx {i['tx']} ring_drops {i['ring_drops']}"
+            freezes = f" ring_freezes {i['ring_freezes']}" if "ring_freezes" in i else ""
+            print(f"  {name}: rx {i['rx']} tx {i['tx']} ring_drops {i['ring_drops']}{freezes}"
                   f" otherhost {i['rx_otherhost']}", file=out)
         print("  verdicts: " + " ".join(f"{k} {v}" for k, v in c["verdicts"].items()), file=out)
         drops = {k: v for k, v in c["reasons"].items() if k != "none"}

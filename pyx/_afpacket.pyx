@@ -531,7 +531,7 @@ cdef class Socket:
     cdef readonly str name
     cdef readonly bint qdisc_bypass
     cdef public uint64_t tx_packets, tx_errors
-    cdef uint64_t ring_packets, ring_drops
+    cdef uint64_t ring_packets, ring_drops, ring_freezes
     cdef public uint64_t errors
     cdef public int last_error
 
@@ -584,6 +584,7 @@ cdef class Socket:
         if self.r.fd >= 0 and fpap_stats(self.r.fd, &p, &d, &fz) == 0:
             self.ring_packets += p
             self.ring_drops += d
+            self.ring_freezes += fz
 
     def close(self):
         self._read_stats()
@@ -661,8 +662,9 @@ cdef class Socket:
 
     def counters(self):
         """rx, skipped frames by cause, tx, and the kernel's ring statistics
-        (PACKET_STATISTICS: packets, drops, accumulated since the socket
-        was opened, its close included)."""
+        (PACKET_STATISTICS: packets, drops, and how often the ring was
+        full -- the kernel froze it until a block came back -- accumulated
+        since the socket was opened, its close included)."""
         self._read_stats()
         return {"rx": self.r.rx, "rx_otherhost": self.r.otherhost, "rx_oversize": self.r.oversize,
                 "rx_truncated": self.r.truncated, "rx_vlan_restored": self.r.vlan_restored,
@@ -670,7 +672,7 @@ cdef class Socket:
                 "rx_csum_completed": self.r.csum_fixed, "rx_csum_partial": self.r.csum_partial,
                 "tx": self.tx_packets,
                 "tx_errors": self.tx_errors, "errors": self.errors, "ring_packets": self.ring_packets,
-                "ring_drops": self.ring_drops}
+                "ring_drops": self.ring_drops, "ring_freezes": self.ring_freezes}
 
 
 def poll(sockets, int timeout_ms, extra=()):

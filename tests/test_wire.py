@@ -295,6 +295,25 @@ print(n)
 """
 
 
+@pytest.mark.parametrize("args,blocks", [((), 256), (("--ring-mb", "2"), 16),
+                                         (("--ring-mb", "2", "--workers", "2"), 16)])
+def test_rx_ring_size(topo, args, blocks):
+    """The RX ring of each socket: 256 blocks of 128 KiB unless --ring-mb
+    says otherwise (with --workers, each worker's); traffic still flows."""
+    _flush_hosts()
+    p, table = _start(topo, "--json", *args)
+    try:
+        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "2", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert r4.stdout.strip() == "ok 2/2", r4.stdout + r4.stderr
+    assert rc == 0, err
+    c = json.loads(out)["counters"]
+    assert c["rx_ring"] == {"block_size": 1 << 17, "block_nr": blocks,
+                            "bytes": blocks << 17}, c["rx_ring"]
+    assert all(i["ring_freezes"] == 0 for i in c["interfaces"].values()), c["interfaces"]
+
+
 def test_tcp_through_fastpath(topo):
     """A 1 MB TCP transfer of both families from h1's stack, with TSO on its
     veth (the default): the GSO super-frames reach fastpath's ring with
@@ -548,6 +567,9 @@ def test_sigkill_leftover_swept_by_next_run(topo):
 
 @pytest.mark.parametrize("conf,args,msg", [
     (None, ["--iface", "nope0"], "interface 'nope0' does not exist"),
+    (None, ["--iface", "r1", "--ring-mb", "0.5"], "--ring-mb must be 1..4096"),
+    (None, ["--iface", "r1", "--ring-mb", "8", "--backend", "af_xdp"],
+     "--ring-mb is for --backend af_packet"),
     ("ip route add 10.0.0.0/33 dev r1\n", ["--iface", "r1"],
      "configuration: line 1: invalid prefix '10.0.0.0/33'"),
     ("", ["--iface", "lo"], "interface 'lo' is not an Ethernet device (ARPHRD 772)"),
@@ -626,10 +648,48 @@ print("ok")
 """
 
 
-def test_rx_ring_vlan_put_back_timestamps_otherhost():
-    """The RX ring's frames as they were on the wire: an 802.1Q tag the
-    kernel stripped into the tpacket header is put back, timestamps are the
-    header's, another station's unicast is skipped."""
+_RINGFULL = r"""
+import socket, time
+import numpy as np
+from fastpath import _afpacket
+from fastpath.batch import Batch
+while open("/sys/class/net/v0/operstate").read().strip() != "up":
+    time.sleep(0.01)
+mac = bytes.fromhex(open("/sys/class/net/v0/address").read().strip().replace(":", ""))
+# two 4 KiB blocks and nobody reading: the kernel fills them, then freezes
+# the ring and drops until a block is handed back
+rx = _afpacket.Socket("v0", socket.if_nametoindex("v0"), 5, block_size=4096, block_nr=2,
+                      block_timeout_ms=1000)
+tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+tx.bind(("v1", 0))
+frame = mac + bytes.fromhex("0a0000000001") + b"\x86\xdd" + bytes(200)
+for _ in range(100):
+    tx.send(frame)
+time.sleep(0.05)
+c = rx.counters()
+assert c["ring_drops"] > 50 and c["ring_freezes"] >= 1, c
+b = Batch(np.zeros((64, 2048), np.uint8), np.zeros(64, np.int32), np.zeros(64, np.int32),
+          linktype="ethernet")
+got = 0
+while True:
+    n = rx.rx(b)
+    if not n:
+        break
+    got += n
+assert 0 < got < 50, got
+tx.send(frame)                       # blocks handed back: the ring takes frames again
+time.sleep(1.1)                      # the block's retire timer
+n = rx.rx(b)
+assert n == 1 and b.packet(0) == frame, n
+c2 = rx.counters()
+assert c2["ring_drops"] == c["ring_drops"] and c2["ring_packets"] == got + c["ring_drops"] + 1, (c, c2)
+print("ok")
+"""
+
+
+def _veth_ns_run(script):
+    """``script`` in a fresh namespace holding the veth pair v0 -- v1 (up,
+    no IPv6); it must print ok."""
     ns = P + "v"
     _sh("ip", "netns", "add", ns)
     try:
@@ -640,8 +700,22 @@ def test_rx_ring_vlan_put_back_timestamps_otherhost():
         _sh("ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
         _sh("ip", "-n", ns, "link", "set", "v0", "up")
         _sh("ip", "-n", ns, "link", "set", "v1", "up")
-        r = _sh(sys.executable, "-c", _RXTEST, ns=ns, check=False,
+        r = _sh(sys.executable, "-c", script, ns=ns, check=False,
                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert r.stdout.strip() == "ok", r.stdout + r.stderr
     finally:
         _sh("ip", "netns", "del", ns, check=False)
+
+
+def test_rx_ring_vlan_put_back_timestamps_otherhost():
+    """The RX ring's frames as they were on the wire: an 802.1Q tag the
+    kernel stripped into the tpacket header is put back, timestamps are the
+    header's, another station's unicast is skipped."""
+    _veth_ns_run(_RXTEST)
+
+
+def test_rx_ring_full_counts_drops_and_freezes():
+    """A ring nobody reads: the kernel's drops and ring freezes
+    (PACKET_STATISTICS) are counted, and once the blocks are read the ring
+    takes frames again."""
+    _veth_ns_run(_RINGFULL)

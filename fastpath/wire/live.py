@@ -58,6 +58,24 @@ class LiveError(RuntimeError):
 BACKENDS = ("af_packet", "af_xdp")
 
 
+# The AF_PACKET RX ring of each socket: 256 blocks of 128 KiB (32 MiB).
+# What the ring buys is time: how long the forwarder may be off the CPU
+# before the kernel drops.  A TPACKET_V3 block is handed over when full or
+# when its retire timer fires (1 ms asked, one jiffy or more given), so at
+# low rates the ring lasts block_nr timer periods and at high rates as many
+# frames as fit.  Measured with a busy loop sharing the 2 vCPUs (docs/wire.md,
+# "The RX ring's depth"): 64 blocks of 256 KiB lost 12-27% at 0.2-0.3 Mpps
+# where these lost nothing; 16 MiB in 256 or 512 blocks lost up to 10% at
+# 0.3 Mpps.  --ring-mb changes the size (the block count follows).
+RX_BLOCK_SIZE = 1 << 17
+RX_BLOCK_NR = 256
+
+
+def ring_blocks(ring_mb: float) -> int:
+    """The RX block count for a ring of ``ring_mb`` MiB (at least 8)."""
+    return max(8, int(ring_mb * (1 << 20)) // RX_BLOCK_SIZE)
+
+
 def io_module(backend):
     """The compiled I/O module of a backend (fastpath._afpacket or
     fastpath._afxdp); LiveError when it was not built (af_xdp needs
@@ -181,7 +199,7 @@ class Live:
         return super().__new__(cls)
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
-                 block_size=1 << 18, block_nr=64, neigh_params=None, mode="noref",
+                 block_size=RX_BLOCK_SIZE, block_nr=RX_BLOCK_NR, neigh_params=None, mode="noref",
                  backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None):
         """``role``: "all" (one process does everything), or for --workers
         (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
@@ -678,13 +696,21 @@ class Live:
                 for k, v in c.items():
                     if isinstance(v, int):
                         have[k] = have.get(k, 0) + v
-        return {"interfaces": per, "backend": self.backend,
+        return {"interfaces": per, "backend": self.backend, "rx_ring": self.rx_ring(),
                 "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
                 "neighbour": dict(nb.counters) if nb else {},
                 "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
                 "neigh_configures": self.neigh_configures, "reloads": self.reloads,
                 "echo_replies": self.echo_replies,
                 "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
+
+    def rx_ring(self):
+        """af_packet: the RX ring of each socket ({block_size, block_nr,
+        bytes}); None for af_xdp."""
+        if self.backend != "af_packet":
+            return None
+        return {"block_size": self.block_size, "block_nr": self.block_nr,
+                "bytes": self.block_size * self.block_nr}
 
     def neighbours(self) -> list:
         """``ip neigh show`` lines: the configuration's (PERMANENT) and the

@@ -56,7 +56,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from .live import Live, LiveError
+from .live import RX_BLOCK_NR, RX_BLOCK_SIZE, Live, LiveError
 
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
 COUNTERS_EVERY = 1.0
@@ -150,8 +150,9 @@ def worker_main(fd: int) -> int:
             os.sched_setaffinity(0, {cfg["cpu"]})
         except OSError:
             pass
+    ring = {"block_nr": cfg["block_nr"]} if cfg.get("block_nr") else {}
     live = Live(cfg["config"], cfg["names"], batch_size=cfg["batch"],
-                qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"])
+                qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"], **ring)
     try:
         try:
             live.open()
@@ -219,7 +220,10 @@ class Supervisor(Live):
     def __init__(self, config, interfaces=None, *, workers=2, cpus=None, **kw):
         if kw.get("backend", "af_packet") != "af_packet":
             raise LiveError("--workers needs --backend af_packet (PACKET_FANOUT)")
-        kw.setdefault("block_nr", 4)
+        # the control process's sockets see only ARP/ND: a small ring; the
+        # workers' rings are Live's (block_nr, when given, is theirs)
+        self._worker_blocks = kw.pop("block_nr", None)
+        kw["block_nr"] = 4
         self._worker_batch = kw.pop("batch_size", 256)
         super().__init__(config, interfaces, role="control", **kw)
         self.nworkers = workers
@@ -262,6 +266,7 @@ class Supervisor(Live):
         self.workers[w] = wk
         conn.send(("init", {"config": self.config, "names": self.names, "groups": self.groups,
                             "batch": self._worker_batch, "qdisc_bypass": self.qdisc_bypass,
+                            "block_nr": self._worker_blocks,
                             "cpu": self.cpus[w]}))
         return wk
 
@@ -461,7 +466,10 @@ class Supervisor(Live):
             per = getattr(self, "_final", [])
         mine = super().counters()
         allc = per + self._retired
+        nr = self._worker_blocks or RX_BLOCK_NR
         out = {"backend": "af_packet", "workers": len(self.workers),
+               "rx_ring": {"block_size": RX_BLOCK_SIZE, "block_nr": nr,   # each worker's
+                           "bytes": RX_BLOCK_SIZE * nr},
                "restarts": self.restarts,
                "worker_rx": [sum(i["rx"] for i in c["interfaces"].values()) for c in per],
                "retired_rx": sum(sum(i["rx"] for i in c["interfaces"].values())
