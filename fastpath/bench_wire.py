@@ -3,7 +3,7 @@
     python -m fastpath.bench_wire [--seconds S] [--batch N] [--runs R]
         [--scenario ipv4,ipv6,End,End.DX4|all] [--forwarders LIST]
         [--generator builtin|trafgen] [--pdr [--loss 0.005] [--trials T]]
-        [--iperf] [--json PATH]
+        [--iperf] [--busy N] [--json PATH]
 
 The topology of tests/test_wire.py, made for the run and deleted after it:
 ``h1 --veth-- r --veth-- h2``, network namespaces.  A generator in h1 sends
@@ -23,6 +23,8 @@ forwarded, in turn, by
 * ``fastpath-af_xdp``: ``--backend af_xdp`` (AF_XDP sockets, libxdp's
   default program in veth's driver mode, copy mode);
 * ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
+* ``fastpath-ringM`` (also ``fastpath-workersN-ringM``): AF_PACKET with
+  ``--ring-mb M`` (RX rings of M MiB instead of 32);
 * ``kernel``: r's kernel, configured as the same router (no fastpath, no
   ingress drop).
 
@@ -37,7 +39,10 @@ generator sends at its maximum (overload).  With --pdr the partial drop
 rate of SRPerf: after that unlimited trial (reported as before), --trials
 bisection steps of the offered rate find the highest one whose loss is at
 most --loss (0.5%); ``pdr`` holds it, the loss at the maximum and every
-trial.  --iperf adds one iperf3 TCP stream h1 -> h2 per forwarder
+trial.  --busy N runs N busy loops (``sh -c 'while :; do :; done'``,
+unpinned) beside everything for the whole run: the forwarders then share
+the CPUs with another job, as on a loaded machine, and the RX ring's depth
+shows (docs/wire.md).  --iperf adds one iperf3 TCP stream h1 -> h2 per forwarder
 (``tcp <forwarder>``).  JSON on stdout (and --json PATH), a Markdown
 table on stderr.  Everything is undone on every exit (SIGTERM included):
 the processes in the namespaces are stopped (SIGTERM, so fastpath.run
@@ -50,6 +55,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -355,9 +361,12 @@ def start_forwarder(t, forwarder, batch, conf_path):
         cmd.append("--qdisc-bypass")
     if forwarder.endswith("af_xdp"):
         cmd += ["--backend", "af_xdp"]
-    w = forwarder.partition("-workers")[2]
+    w = re.search(r"-workers(\d+)", forwarder)
     if w:
-        cmd += ["--workers", w]
+        cmd += ["--workers", w[1]]
+    ring = re.search(r"-ring(\d+)", forwarder)
+    if ring:
+        cmd += ["--ring-mb", ring[1]]
     fp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     end = time.monotonic() + 20
     while not os.path.exists(ready):
@@ -531,6 +540,7 @@ def _add_stats(res, stats):
     res["fastpath_tx"] = sum(i["tx"] for i in stats["interfaces"].values())
     res["fastpath_verdicts"] = stats["verdicts"]
     res["fastpath_interfaces"] = stats["interfaces"]
+    res["rx_ring"] = stats.get("rx_ring")
     if "worker_rx" in stats:
         res["worker_rx"] = stats["worker_rx"]
 
@@ -572,6 +582,20 @@ _FWNAME = {"fastpath": "fastpath, AF_PACKET", "fastpath-qdisc-bypass": "fastpath
            "fastpath-af_xdp": "fastpath, AF_XDP", "kernel": "kernel"}
 
 
+def _fwname(fw):
+    if fw in _FWNAME:
+        return _FWNAME[fw]
+    base, *opts = fw.split("-")
+    if base != "fastpath" or not opts:
+        return fw
+    words = ["fastpath, AF_PACKET"]
+    for o in opts:
+        m = re.fullmatch(r"(workers|ring)(\d+)", o)
+        words.append(f"workers {m[2]}" if m and m[1] == "workers" else
+                     f"ring {m[2]} MiB" if m else o)
+    return ", ".join(words)
+
+
 def table(doc):
     """The results as a Markdown table (one row per scenario and
     forwarder), for pasting."""
@@ -588,7 +612,7 @@ def table(doc):
         scen, _, fw = key.partition(" ")
         if scen == "tcp":
             continue
-        name = _FWNAME.get(fw, fw.replace("fastpath-workers", "fastpath, AF_PACKET, workers "))
+        name = _fwname(fw)
         c = (r["pdr"]["cpu_per_s"] if pdr and r["pdr"]["cpu_per_s"] else r["cpu_per_s"])
         fpc = f"{c['fastpath']:.2f} ({c['fastpath_user']:.2f})" if fw.startswith("fastpath") else "–"
         cpu = f"{c['generator']:.2f} / {c['softirq_all']:.2f} / {fpc} / {c['machine_busy']:.2f}"
@@ -604,7 +628,7 @@ def table(doc):
         lines += ["", "| TCP (iperf3, 1 stream) | Gbit/s | retransmits | softirq / machine CPU |",
                   "|---|---|---|---|"]
         for fw, r in tcp:
-            name = _FWNAME.get(fw, fw.replace("fastpath-workers", "fastpath, AF_PACKET, workers "))
+            name = _fwname(fw)
             if "error" in r:
                 lines.append(f"| {name} | failed: {r['error']} | | |")
             else:
@@ -637,6 +661,8 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=5,
                     help="bisection steps of --pdr after the unlimited trial (5)")
     ap.add_argument("--iperf", action="store_true", help="iperf3 TCP throughput h1 -> h2 too")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="N busy loops competing for the CPUs during the whole run (0)")
     ap.add_argument("--json", default=None, help="write the results to PATH too")
     ap.add_argument("--ring-copy", action="store_true",
                     help="only: the cost of copying ring frames into Batch rows")
@@ -676,12 +702,17 @@ def main(argv=None):
            "command": "python -m fastpath.bench_wire " + " ".join(argv if argv is not None
                                                                   else sys.argv[1:]),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "loadavg_start": os.getloadavg()[0], "skipped": skipped, "results": {}}
+           "loadavg_start": os.getloadavg()[0], "busy_loops": a.busy, "skipped": skipped,
+           "results": {}}
     if a.pdr:
         doc.update(loss_target=a.loss, trials=a.trials)
     import tempfile
+    if not 0 <= a.busy <= 64:
+        ap.error("--busy: 0..64 loops")
     old = signal.signal(signal.SIGTERM, _terminate)   # SIGTERM unwinds like Ctrl-C
+    busy = []
     try:
+        busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(a.busy)]
         with tempfile.TemporaryDirectory() as d, Topology() as t:
             conf = os.path.join(d, "r.conf")
             with open(conf, "w") as f:
@@ -712,6 +743,9 @@ def main(argv=None):
                     r = run_forwarder(t, None, fw, a, conf, None, tcp=True)
                     doc["results"][f"tcp {fw}"] = dict(r.pop("tcp"), **r)
     finally:
+        for b in busy:
+            b.kill()
+            b.wait()
         signal.signal(signal.SIGTERM, old)
     doc["loadavg_end"] = os.getloadavg()[0]
     text = json.dumps(doc, indent=1)

@@ -62,13 +62,13 @@ def test_pdr_smallest_trial(tmp_path):
     before = _state(0)[1]
     out = tmp_path / "b.json"
     p = _bench("--generator", "trafgen", "--pdr", "--trials", "1", "--seconds", "0.4", "--runs", "1",
-               "--scenario", "End.DX4", "--forwarders", "fastpath,kernel", "--json", str(out))
+               "--scenario", "End.DX4", "--forwarders", "fastpath-ring8,kernel", "--json", str(out))
     so, se = p.communicate(timeout=60)
     assert p.returncode == 0, se
     doc = json.loads(so)
     assert doc == json.loads(out.read_text())
     assert doc["generator"] == "trafgen" and doc["loss_target"] == 0.005 and doc["trials"] == 1
-    assert set(doc["results"]) == {"End.DX4 fastpath", "End.DX4 kernel"}
+    assert set(doc["results"]) == {"End.DX4 fastpath-ring8", "End.DX4 kernel"}
     for key, r in doc["results"].items():
         # the keys of an overload run, as without --pdr, and the search
         for k in ("offered_pps", "forwarded_pps", "loss", "sent", "forwarded", "cpu_per_s",
@@ -82,9 +82,14 @@ def test_pdr_smallest_trial(tmp_path):
         if pdr["rate_pps"]:
             assert pdr["loss"] <= 0.005
         assert r["forwarded"] > 0, (key, r)          # End.DX4 reached h2 through each
-    assert doc["results"]["End.DX4 fastpath"]["fastpath_verdicts"]
+    fp = doc["results"]["End.DX4 fastpath-ring8"]
+    assert fp["fastpath_verdicts"]
+    # --ring-mb 8: 64 blocks of 128 KiB
+    assert fp["rx_ring"] == {"block_size": 1 << 17, "block_nr": 64, "bytes": 8 << 20}
+    assert "ring_freezes" in fp
     # the pasteable table, one row per forwarder
     assert "rate at ≤0.5% loss" in se and se.count("| End.DX4 |") == 2
+    assert "| fastpath, AF_PACKET, ring 8 MiB |" in se
     ns, tables = _state(p.pid)
     assert ns == [] and tables == before
 
@@ -94,11 +99,17 @@ def _trafgens():
                                            text=True).stdout.split()}
 
 
+def _busy_loops():
+    return {int(x) for x in subprocess.run(["pgrep", "-f", "while :; do :; done"],
+                                           capture_output=True, text=True).stdout.split()}
+
+
 def test_sigterm_mid_run_leaves_nothing():
+    """... with --busy 1: its loop is gone too."""
     before = _state(0)[1]
-    gens = _trafgens()
+    gens, loops = _trafgens(), _busy_loops()
     p = _bench("--generator", "trafgen", "--seconds", "5", "--runs", "1", "--scenario", "End",
-               "--forwarders", "fastpath")
+               "--forwarders", "fastpath", "--busy", "1")
     r = f"fpb{p.pid % 100000}r"
     end = time.monotonic() + 30
     # wait for fastpath.run attached in r and trafgen in h1 (both running)
@@ -112,6 +123,7 @@ def test_sigterm_mid_run_leaves_nothing():
         time.sleep(0.1)
     else:
         pytest.fail("bench_wire's generator never started")
+    assert len(_busy_loops() - loops) == 1
     time.sleep(0.3)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=30)
@@ -119,3 +131,4 @@ def test_sigterm_mid_run_leaves_nothing():
     ns, tables = _state(p.pid)
     assert ns == [] and tables == before
     assert _trafgens() <= gens, "a trafgen left sending"
+    assert _busy_loops() <= loops, "a busy loop left running"
