@@ -28,6 +28,18 @@ TOOL = str(pathlib.Path(__file__).with_name("wire_tool.py"))
 P = f"fpw{os.getpid() % 100000}"
 H1, H2, R = P + "h1", P + "h2", P + "r"
 
+# the behaviours test_srv6_frames_as_the_kernel sends through r, each
+# configured on r's kernel too
+SRV6_ROUTES = (
+    "fc00:1::2/128 encap seg6local action End.X nh6 2001:db8:2::2 dev r2",
+    "fc00:1::3/128 encap seg6local action End.DX4 nh4 10.2.0.2 dev r2",
+    "fc00:1::4/128 encap seg6local action End.DX6 nh6 2001:db8:2::2 dev r2",
+    "fc00:1::5/128 encap seg6local action End.DT6 table 254 dev r1",
+    "fc00:1::6/128 encap seg6local action End.B6.Encaps srh segs fc00:2::100 dev r2",
+    "2001:db8:9::/64 encap seg6 mode inline segs fc00:2::100 dev r2",
+    "2001:db8:a::/64 encap seg6 mode encap segs fc00:2::100,fc00:2::101 dev r2",
+)
+
 CONF = """\
 ip addr add 10.1.0.1/24 dev r1
 ip -6 addr add 2001:db8:1::1/64 dev r1
@@ -40,7 +52,7 @@ ip route add 10.3.0.0/24 encap seg6 mode encap segs fc00:2::100 dev r2
 sysctl -w net.ipv6.conf.all.seg6_enabled=1
 sysctl -w net.ipv6.conf.r1.seg6_enabled=1
 ip -6 route add fc00:1::1/128 encap seg6local action End dev r1
-"""
+""" + "".join(f"ip -6 route add {r}\n" for r in SRV6_ROUTES)
 
 
 def _sh(*cmd, check=True, ns=None, **kw):
@@ -113,6 +125,11 @@ def topo(tmp_path_factory):
         _sh("ip", "-n", R, "-6", "route", "add", "fc00:1::1/128", "encap", "seg6local", "action",
             "End", "dev", "r1")
         _sh("ip", "-n", R, "-6", "route", "add", "fc00:2::/32", "via", "2001:db8:2::2", "dev", "r2")
+        _sh("ip", "-n", R, "sr", "tunsrc", "set", "2001:db8:2::1")
+        _sh("ip", "-n", R, "route", "add", "10.3.0.0/24", "encap", "seg6", "mode", "encap", "segs",
+            "fc00:2::100", "dev", "r2")
+        for route in SRV6_ROUTES:
+            _sh("ip", "-n", R, "-6", "route", "add", *route.split())
         conf = tmp_path_factory.mktemp("wire") / "r.conf"
         conf.write_text(CONF)
         yield {"conf": str(conf), "dir": conf.parent}
@@ -509,6 +526,76 @@ def test_forwarded_frames_as_the_kernel(topo):
     finally:
         _stop(p)
     assert ours == kernel
+
+
+def _srv6_frames(h1mac, rmac):
+    """One frame from h1 per SRv6 behaviour of r (scapy-built): name, frame."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
+    from scapy.layers.l2 import Ether
+    def colons(m):
+        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
+    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    h1, h2 = "2001:db8:1::2", "2001:db8:2::2"
+    u = UDP(sport=4001, dport=9) / (b"fastpath-srv6" + bytes(19))
+    v4 = IP(src="10.1.0.2", dst="10.2.0.2", ttl=33, tos=0x28) / u
+    v6 = IPv6(src=h1, dst=h2, hlim=33, tc=0x28, fl=0x5A5A5) / u
+
+    def srh(segs, left, nh):
+        return IPv6ExtHdrSegmentRouting(addresses=segs, segleft=left, lastentry=len(segs) - 1, nh=nh)
+    frames = [
+        ("End.X", IPv6(src=h1, dst="fc00:1::2", hlim=40, fl=0x11111)
+         / srh(["fc00:2::100", "fc00:1::2"], 1, 17) / u),
+        ("End.DX4", IPv6(src=h1, dst="fc00:1::3", hlim=40, nh=4) / v4),
+        ("End.DX4 after an SRH", IPv6(src=h1, dst="fc00:1::3", hlim=40)
+         / srh(["fc00:1::3", "fc00:1::9"], 0, 4) / v4),
+        ("End.DX6", IPv6(src=h1, dst="fc00:1::4", hlim=40, nh=41) / v6),
+        ("End.DT6", IPv6(src=h1, dst="fc00:1::5", hlim=40, nh=41) / v6),
+        ("End.B6.Encaps", IPv6(src=h1, dst="fc00:1::6", hlim=40, fl=0x22222)
+         / srh([h2, "fc00:1::6"], 1, 17) / u),
+        ("H.Encaps (IPv4)", IP(src="10.1.0.2", dst="10.3.0.7", ttl=33) / u),
+        ("H.Insert", IPv6(src=h1, dst="2001:db8:9::1", hlim=33, fl=0x33333) / u),
+        ("H.Encaps (IPv6, two segments)", IPv6(src=h1, dst="2001:db8:a::1", hlim=33, fl=0x44444)
+         / u),
+    ]
+    return [(name, bytes(eth / pkt)) for name, pkt in frames]
+
+
+def srv6_frames_as_the_kernel(topo, *args):
+    """``_srv6_frames`` from h1 through r's kernel as the router, then
+    through ``fastpath.run ARGS``: h2 must receive the same bytes, frame by
+    frame (each pass sent twice: the first resolves h2, and a router queues
+    the first frames behind ARP/NS)."""
+    frames = _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def through():
+        cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
+                                str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
+        assert cap.stdout.readline().strip() == "ready"
+        _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for _n, f in frames], ns=H1, env=env)
+        return cap.communicate(timeout=10)[0].split()
+    _flush_hosts()
+    through()
+    kernel = through()
+    assert len(kernel) == len(frames), (len(kernel), kernel)
+    p, _table = _start(topo, *args)
+    try:
+        through()
+        ours = through()
+    finally:
+        rc, _out, err = _stop(p)
+    assert rc == 0, err
+    for (name, _f), k, o in zip(frames, kernel, ours):
+        assert o == k, f"{name}: fastpath {o} kernel {k}"
+    assert len(ours) == len(kernel)
+
+
+def test_srv6_frames_as_the_kernel(topo):
+    """One frame per SRv6 behaviour of r (End.X, End.DX4 with and without
+    an SRH, End.DX6, End.DT6, End.B6.Encaps, H.Encaps of IPv4 and of IPv6,
+    H.Insert): h2 receives from fastpath the bytes r's kernel sends."""
+    srv6_frames_as_the_kernel(topo)
 
 
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])

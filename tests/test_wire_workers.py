@@ -182,6 +182,12 @@ def test_control_process_sigkilled_workers_exit(topo):
     assert not _tables()
 
 
+def test_srv6_frames_as_the_kernel_two_workers(topo):
+    """test_wire's SRv6 frames (one per behaviour of r) through two
+    workers: the bytes r's kernel sends."""
+    tw.srv6_frames_as_the_kernel(topo, "--workers", "2")
+
+
 def test_workers_with_af_xdp_refused(topo):
     r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--workers", "2",
             "--backend", "af_xdp", ns=R, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -140,6 +140,13 @@ def test_srv6_end_through_fastpath_af_xdp(topo):
 
 
 @wire
+def test_srv6_frames_as_the_kernel_af_xdp(topo):
+    """test_wire's SRv6 frames (one per behaviour of r) through AF_XDP:
+    the bytes r's kernel sends."""
+    tw.srv6_frames_as_the_kernel(topo, "--backend", "af_xdp")
+
+
+@wire
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
 def test_xdp_detached_on_every_exit(topo, how):
     env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
