@@ -289,6 +289,43 @@ def test_sighup_reloads_the_configuration(topo):
     assert table not in _tables()
 
 
+def reload_under_traffic(topo, *args, reloads=6):
+    """A UDP stream h1 -> h2 (8 flows, about 1000 datagrams/s for 3 s)
+    while fastpath.run ARGS is sent SIGHUP ``reloads`` times, the file
+    alternating between two configurations: every datagram arrives, and
+    every reload was applied."""
+    conf = topo["dir"] / f"reload-traffic{time.monotonic_ns()}.conf"
+    conf.write_text(CONF)
+    p, table = _start(dict(topo, conf=str(conf)), "--json", *args)
+    n = 3000
+    try:
+        # h2 resolved first, so that no datagram waits in a neighbour queue
+        _sh(sys.executable, TOOL, "ping", "10.2.0.2", "1", "2", ns=H1, check=False)
+        rcv = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "udprecv", "4",
+                                "5556", str(n), "15"], stdout=subprocess.PIPE, text=True)
+        assert rcv.stdout.readline().strip() == "ready"
+        snd = subprocess.Popen(["ip", "netns", "exec", H1, sys.executable, TOOL, "udp", "10.2.0.2",
+                                "5556", str(n), "0.001", "8"])
+        for k in range(reloads):
+            time.sleep(0.4)
+            conf.write_text(CONF + ("ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n"
+                                    if k % 2 == 0 else ""))
+            p.send_signal(signal.SIGHUP)
+        assert snd.wait(timeout=30) == 0
+        got = int(rcv.communicate(timeout=20)[0].strip())
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0 and "Traceback" not in err and "refused" not in err, err
+    c = json.loads(out)["counters"]
+    assert c["reloads"] == reloads, (c["reloads"], err)
+    assert got == n, (got, n, c["interfaces"], c["reasons"])
+    assert table not in _tables()
+
+
+def test_reload_under_traffic(topo):
+    reload_under_traffic(topo)
+
+
 def test_stats_interval_lines(topo):
     p, _table = _start(topo, "--stats", "0.3", "--duration", "1")
     out, err = p.communicate(timeout=20)

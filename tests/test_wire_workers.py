@@ -215,6 +215,12 @@ def test_sighup_reaches_the_workers(topo):
     assert json.loads(out)["counters"]["reloads"] == 1
 
 
+def test_reload_under_traffic_two_workers(topo):
+    """test_wire's reload under a UDP stream, with two workers: every
+    datagram arrives, every reload reaches the workers."""
+    tw.reload_under_traffic(topo, "--workers", "2")
+
+
 def test_interface_removed_under_workers(topo):
     """An attached interface deleted under --workers 2: the workers say so
     to the control process, which stops with one line, exit 1, the table

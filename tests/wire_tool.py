@@ -10,7 +10,8 @@ comes back of KIND (``arp-reply``: ARP op 2; ``na``: ICMPv6 type 136;
 ``echo-reply``: ICMP type 0 or ICMPv6 type 129), or nothing; ``KIND=HEX``
 only the ARP reply whose sender IP / the NA whose target is HEX.
 
-``python wire_tool.py udp ADDR PORT COUNT``: COUNT UDP datagrams to ADDR;
+``python wire_tool.py udp ADDR PORT COUNT [GAP [FLOWS]]``: COUNT UDP
+datagrams to ADDR (GAP seconds apart, from FLOWS sockets in turn);
 ``udprecv 4|6 PORT COUNT TIMEOUT``: prints ``ready``, then how many arrived;
 ``send DEV HEX...``: frames out of DEV; ``capture DEV COUNT TIMEOUT``:
 prints ``ready``, then the first COUNT UDP / SRv6 frames DEV receives, hex.
@@ -144,8 +145,13 @@ if __name__ == "__main__":
         sys.exit(0)
     if cmd == "udp":
         a = ipaddress.ip_address(sys.argv[2])
-        s = socket.socket(socket.AF_INET if a.version == 4 else socket.AF_INET6, socket.SOCK_DGRAM)
+        gap = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+        nflows = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+        socks = [socket.socket(socket.AF_INET if a.version == 4 else socket.AF_INET6,
+                               socket.SOCK_DGRAM) for _ in range(nflows)]
         for k in range(int(sys.argv[4])):
-            s.sendto(b"fastpath %d" % k, (str(a), int(sys.argv[3])))
+            socks[k % nflows].sendto(b"fastpath %d" % k, (str(a), int(sys.argv[3])))
+            if gap:
+                time.sleep(gap)
         sys.exit(0)
     sys.exit(f"unknown command {cmd}")
