@@ -75,7 +75,7 @@ from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
 from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, load_kwargs,
                      prepare_batch)
-from .tables import (DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm,
+from .tables import (DEV_DTYPE, DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm,
                      same_load_key)
 
 __all__ = ["Dataplane", "DataplaneError"]
@@ -429,6 +429,7 @@ class _Worker:
                 self.dp.clear_seg6local_counters(changed.tolist())
             self.s6l_gen = gen.copy()
             self.snap, self.snap_no, self.ifindex = snap, no, meta["ifindex"]
+            self.ifnames, self.devs = meta["ifnames"], arr["devs"]
             named = {r[0] for r in meta["refs"].values()}
             self.segs = {k: v for k, v in self.segs.items() if k in named}
         self.seq = seq
@@ -641,13 +642,21 @@ class Dataplane:
     per worker) spread over the workers round robin; ``process`` steers
     each packet to a queue by its RSS (Toeplitz) hash.  ``max_routes``:
     capacity of the shared route entries.
+
+    ``external=True``: no worker process is started; the ``workers`` slots
+    are for processes the caller starts, each of which attaches with
+    ``AttachedTables(dataplane.attach_args(), w)`` and reads the tables as
+    the Dataplane's own workers do (QSBR included: grace periods wait for
+    them).  ``alive(w)`` tells whether slot ``w``'s process still runs (a
+    grace period stops waiting for a dead one); ``process`` and ``bench``
+    are then not available (fastpath.wire.workers uses this).
     """
 
     def __init__(self, config="", workers: int = 2, cpus=None, mode: str = "noref",
                  use_stats: str = "lazy", queues: int | None = None, placement: str = "one-socket",
                  max_routes: int = 1 << 16, oversubscribe: bool = False, pin: bool = True,
                  check_gen: bool = False,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, external: bool = False, alive=None):
         if mode not in MODES + ("refcount-private",):
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if use_stats not in USE_STATS:
@@ -657,6 +666,7 @@ class Dataplane:
         if max_routes < 64 or max_routes > (1 << 23):
             raise ValueError("max_routes must be between 64 and 2**23")
         self.mode, self.use_stats, self.nworkers = mode, use_stats, workers
+        self._external, self._alive = bool(external), alive
         self.queues = queues or workers
         if self.queues < 1:
             raise ValueError("queues must be positive")
@@ -700,7 +710,8 @@ class Dataplane:
                 compile_tables(self.state, self._tables, defer_lpm=True)
                 apply_config(self.state, self._tables, config or "", defer_lpm=True)
             self._publish()
-            self._start_workers(check_gen)
+            if not self._external:
+                self._start_workers(check_gen)
         except BaseException:
             self.close()
             raise
@@ -849,7 +860,7 @@ class Dataplane:
             _datapath.atomic_add32(self._dst_words, e.dst * 16, -1)
         self._pending.extend(retired)
         self._bump_seq()
-        if self._procs:
+        if self._procs or self._external:
             self.synchronize()
         for lpm in lpms:
             lpm.release_deferred()
@@ -865,7 +876,7 @@ class Dataplane:
         self._segments[name] = shm
         _datapath.atomic_store64(self._ctl, C_SNAP, self._snap_no)
         self._bump_seq()
-        if self._procs:
+        if self._procs or self._external:
             self.synchronize()
         # (by exact name: the stage segments' names begin with an "s" too,
         # and unlinking those under a batch in flight broke it)
@@ -914,6 +925,16 @@ class Dataplane:
                 c = int(_datapath.atomic_load64(self._ctl, line + Q_CNT))
                 if c == 0 or c >= token or w in self._dead:
                     break
+                if self._external:
+                    if self._alive is not None and not self._alive(w):
+                        self.slot_offline(w)
+                        break
+                    if time.monotonic() > deadline:
+                        raise DataplaneError(f"grace period stalled: attached worker {w} has not "
+                                             f"passed a quiescent state in {timeout:g} s")
+                    time.sleep(pause)
+                    pause = min(pause * 2, 1e-3)
+                    continue
                 if not self._procs[w].is_alive():
                     self._worker_died(w)
                     break
@@ -923,6 +944,17 @@ class Dataplane:
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
         return token
+
+    # -- attached workers (external=True) ----------------------------------------
+    def attach_args(self) -> dict:
+        """What a process needs to attach to these tables (AttachedTables)."""
+        return {"prefix": self.prefix, "nworkers": self.nworkers, "max_dsts": self.max_dsts,
+                "mode": self.mode, "use_stats": self.use_stats}
+
+    def slot_offline(self, w: int):
+        """Slot ``w``'s process is gone (external workers): grace periods
+        stop waiting for it until a new process attaches there."""
+        _datapath.atomic_store64(self._ctl, C_WORKERS + W_CTL * w + Q_CNT, 0)
 
     # -- workers --------------------------------------------------------------
     def _worker_died(self, w):
@@ -1120,7 +1152,7 @@ class Dataplane:
         results back, while this process waits in ``select``.  A worker that
         dies while copying back (``Q_PHASE``) left complete results in its
         io segment: they are copied back for it."""
-        self._check_open()
+        self._check_own_workers("process")
         if chunk is not None and chunk < 1:
             raise ValueError("chunk must be >= 1")
         # (under the configure lock: a configure from another thread -- a
@@ -1199,6 +1231,7 @@ class Dataplane:
         packets per second (see Datapath.run_loop); 0: as fast as it goes.
         Returns the per-worker results (packets, batches, busy seconds,
         offered, lost, verdicts, reason counts)."""
+        self._check_own_workers("bench")
         self._check_open()
         ws = list(range(self.nworkers)) if workers is None else list(workers)
         if iif not in self._tables.ifindex:
@@ -1214,7 +1247,7 @@ class Dataplane:
     def counters(self) -> dict:
         """Counters summed over the live workers (as Router.counters), plus
         the route-cache counters and the workers' events."""
-        self._check_open()
+        self._check_own_workers("counters")
         ws = self.alive_workers()
         res = self._call(ws, [("counters",)] * len(ws))
         reasons = sum((r["reasons"] for r in res.values()), np.zeros(len(REASON_NAMES), np.uint64))
@@ -1278,6 +1311,12 @@ class Dataplane:
     def _check_open(self):
         if self._closed:
             raise DataplaneError("the dataplane is closed")
+
+    def _check_own_workers(self, what):
+        self._check_open()
+        if self._external:
+            raise DataplaneError(f"{what}: this dataplane's workers are attached processes "
+                                 "(external=True), not its own")
 
     def _unlink(self, name):
         shm = self._segments.pop(name, None)
@@ -1354,6 +1393,106 @@ class Dataplane:
     def __repr__(self):
         return (f"<Dataplane {self.nworkers} workers on CPUs {self.cpus}, mode {self.mode}, "
                 f"use_stats {self.use_stats}, {self.queues} queues{', closed' if self._closed else ''}>")
+
+
+class AttachedTables:
+    """A process outside the Dataplane reading its tables, as the
+    Dataplane's own workers do (``Dataplane(..., external=True)``): slot
+    ``w`` of ``args`` (``Dataplane.attach_args()``).  The Router calls a
+    packet loop needs: ``process(batch)`` (a quiescent state first, then
+    the newest snapshot if one was published: the shared tables, updated in
+    place between batches, RCU style), ``counters()``; ``offline()`` while
+    it sleeps (a grace period does not wait for it then) and ``online()``
+    after.  ``state``: what the caller keeps of the configuration (the
+    datapath reads nothing of it)."""
+
+    def __init__(self, args: dict, w: int, state=None):
+        if not 0 <= w < args["nworkers"]:
+            raise ValueError(f"slot {w} of {args['nworkers']}")
+        self._wk = _Worker(args["prefix"], w, args["nworkers"], args["max_dsts"], args["mode"],
+                           args["use_stats"], False)
+        self._wk.ctl[self._wk.line + Q_PID] = os.getpid()
+        self.state = state
+        self.dsts = self._wk.dsts.reshape(-1).view(DST_DTYPE)
+        self._wk.online()
+
+    @property
+    def ifindex(self) -> dict:
+        return self._wk.ifindex
+
+    @property
+    def ifnames(self) -> dict:
+        return self._wk.ifnames
+
+    @property
+    def devs(self):
+        # (a snapshot keeps its arrays as raw records: the field names back)
+        return np.ascontiguousarray(self._wk.devs).reshape(-1).view(DEV_DTYPE)
+
+    def online(self):
+        self._wk.online()
+
+    def offline(self):
+        self._wk.offline()
+
+    def process(self, batch: Batch) -> Batch:
+        wk = self._wk
+        wk.quiescent()
+        wk.reload()
+        prepare_batch(batch, self)
+        if not len(batch):
+            return batch
+        ctl, line = wk.ctl, wk.line
+        ctl[line + Q_INFLIGHT] = len(batch)
+        nfrag = wk.dp.process(*batch.kernel_arrays(), LINKTYPES[batch.linktype],
+                              batch.timestamp_ns)
+        ctl[line + Q_INFLIGHT] = 0
+        ctl[line + Q_BATCHES] += 1
+        ctl[line + Q_PACKETS] += len(batch)
+        if nfrag:
+            fragment_batch(batch, self, np.flatnonzero(batch.reason == REASON_IDS["fragmented"]))
+        return batch
+
+    def counters(self) -> dict:
+        counts = self._wk.dp.reason_counts()
+        return {"reasons": {REASON_NAMES[i]: int(c) for i, c in enumerate(counts) if c}}
+
+    def close(self):
+        self._wk.offline()
+
+
+def sweep_stale_segments(shm_dir="/dev/shm") -> list:
+    """Remove the shared-memory segments of Dataplanes whose process is
+    gone (``fp<pid>_<hex>_*``; a SIGKILL leaves them).  Returns the names
+    removed."""
+    import re
+    gone = []
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return gone
+    pat = re.compile(r"fp(\d+)_[0-9a-f]{6}_")
+    dead = {}
+    for n in names:
+        m = pat.match(n)
+        if m is None:
+            continue
+        pid = int(m[1])
+        if pid not in dead:
+            try:
+                os.kill(pid, 0)
+                dead[pid] = False
+            except ProcessLookupError:
+                dead[pid] = True
+            except PermissionError:
+                dead[pid] = False
+        if dead[pid]:
+            try:
+                os.unlink(os.path.join(shm_dir, n))
+                gone.append(n)
+            except OSError:
+                pass
+    return gone
 
 
 def worker_entry(argv) -> int:

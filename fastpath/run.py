@@ -3,7 +3,7 @@
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
         [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
         [--qdisc-bypass] [--ring-mb MB] [--backend af_packet|af_xdp] [--xdp-mode MODE]
-        [--workers N]
+        [--workers N [--worker-tables shared|own]]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
@@ -59,6 +59,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, metavar="N",
                     help="af_packet: N worker processes, each interface spread over them by "
                          "PACKET_FANOUT_HASH; this process keeps ARP/ND and the configuration")
+    ap.add_argument("--worker-tables", choices=("shared", "own"), default="shared",
+                    help="with --workers: one copy of the tables in shared memory, updated in "
+                         "place under RCU (default), or a Router compiled in each worker")
     ap.add_argument("--netns", default=None, metavar="NS",
                     help="attach inside network namespace NS (ip netns exec NS ...)")
     ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
@@ -107,7 +110,8 @@ def main(argv=None) -> int:
     if args.workers is not None:
         from .wire.workers import Supervisor
         live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
-                          qdisc_bypass=args.qdisc_bypass, **ring)
+                          qdisc_bypass=args.qdisc_bypass,
+                          shared_tables=args.worker_tables == "shared", **ring)
     else:
         live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
                     backend=args.backend, xdp_mode=args.xdp_mode, **ring)

@@ -428,3 +428,54 @@ def test_a_batch_built_in_shared_memory_outlives_its_dataplane():
     with Dataplane(cfg, workers=1):
         pass                                      # a later close reaps the mapping
     assert fdp._ORPHANS == []
+
+
+@pytest.mark.parametrize("name", ["End", "End.DX4", "ipv6-forward"])
+def test_attached_tables_follow_configure_as_the_router(name):
+    """Dataplane(external=True) with a process of the caller's attached to
+    a slot (fastpath.dataplane.AttachedTables, as fastpath.run --workers
+    does): what it gives is the Router's, before and after configures that
+    the Dataplane publishes in place (route replaced, route deleted,
+    neighbour changed); its own process/counters/bench refuse."""
+    from fastpath.dataplane import AttachedTables, DataplaneError
+    cfg, pkts, iif = scenario(name)
+    lt = "ethernet" if pkts[0][12:14] in (b"\x86\xdd", b"\x08\x00") else "raw"
+    r = Router()
+    r.configure(cfg)
+    alive = {1: True}
+    with Dataplane(cfg, workers=2, external=True, pin=False, alive=lambda w: alive.get(w, False),
+                   timeout=10) as dp:
+        a = AttachedTables(dp.attach_args(), 1)
+        try:
+            def same():
+                want = Batch.from_packets(pkts, iif=iif, linktype=lt)
+                got = Batch.from_packets(pkts, iif=iif, linktype=lt)
+                r.process(want)
+                a.process(got)
+                a.offline()                 # (a grace period must not wait for us)
+                assert [(x.verdict, x.oif, x.reason, x.data) for x in got.results()] == \
+                       [(x.verdict, x.oif, x.reason, x.data) for x in want.results()]
+                return got
+            first = same()
+            assert (first.verdict == V["forward"]).all() or name == "End.DX4"
+            changes = {"End": ["ip -6 route replace fc00:2::/32 via 2001:db8:2::3 dev eth1",
+                               "ip -6 route del fc00:2::/32"],
+                       "End.DX4": ["ip neigh replace 10.0.0.2 lladdr 02:00:00:00:00:99 dev eth1"],
+                       "ipv6-forward": ["ip -6 route replace 2400::/48 via 2001:db8:2::3 dev eth1",
+                                        "ip -6 route flush table main"]}[name]
+            for line in changes:
+                r.configure(line + "\n")
+                dp.configure(line + "\n")
+                same()
+            assert sum(a.counters()["reasons"].values()) == len(pkts) * (1 + len(changes))
+            # a slot whose process is gone: a grace period does not wait for it
+            a.online()
+            alive[1] = False
+            dp.configure("sysctl -w net.ipv6.conf.all.hop_limit=63\n")
+            alive[1] = True
+            for call in (lambda: dp.process(Batch.from_packets(pkts, iif=iif, linktype=lt)),
+                         dp.counters):
+                with pytest.raises(DataplaneError, match="attached processes"):
+                    call()
+        finally:
+            a.close()

@@ -77,13 +77,16 @@ def _shm_of(pids, before):
     return [n for n in _shm() - before if any(f"fp{pid}_" in n for pid in pids)]
 
 
-def test_ping_and_flows_through_two_workers(topo):
+@pytest.mark.parametrize("tables", ["shared", "own"])
+def test_ping_and_flows_through_two_workers(topo, tables):
     """Pings of both families through 2 workers with ARP/ND in the control
     process; 32 UDP flows spread over both workers; h2 sees each echo
-    request once."""
+    request once.  The workers read the control process's shared tables
+    (the neighbours it learns reach them only as its Dataplane's
+    publications), or each its own Router (--worker-tables own)."""
     _flush_hosts()
     shm = _shm()
-    p, table = _start(topo, "--workers", "2", "--json", "--neigh")
+    p, table = _start(topo, "--workers", "2", "--worker-tables", tables, "--json", "--neigh")
     try:
         workers = _workers_of(p)
         assert table in _tables()
@@ -102,7 +105,7 @@ def test_ping_and_flows_through_two_workers(topo):
     assert rc == 0 and "Traceback" not in err, err
     doc = json.loads(out)
     c = doc["counters"]
-    assert c["workers"] == 2 and c["restarts"] == 0
+    assert c["workers"] == 2 and c["restarts"] == 0 and c["worker_tables"] == tables
     assert c["verdicts"]["forward"] >= 12 + 640
     assert all(x > 20 for x in c["worker_rx"]), c["worker_rx"]       # both got flows
     tw.check_neighbours_resolved(doc)
@@ -167,9 +170,14 @@ def test_workers_stopped_and_table_removed_on_exit(topo, how):
 
 def test_control_process_sigkilled_workers_exit(topo):
     """The control process SIGKILLed: its workers see their connection
-    close and exit; the table it leaves is swept by the next run."""
+    close and exit; the table it leaves is swept by the next run, and no
+    segment of its shared tables is left (the resource tracker of Python's
+    shared_memory unlinks them when it dies; the next run sweeps any
+    other, test_sweep_stale_segments)."""
+    shm = _shm()
     p, table = _start(topo, "--workers", "2", "--duration", "30")
     workers = _workers_of(p)
+    assert _shm_of([p.pid], shm)             # its Dataplane's segments
     p.kill()
     p.communicate(timeout=10)
     end = time.monotonic() + 5
@@ -177,9 +185,45 @@ def test_control_process_sigkilled_workers_exit(topo):
         time.sleep(0.05)
     assert len(workers) == 2 and not any(_alive(w) for w in workers)
     assert table in _tables()
-    p2, _ = _start(topo, "--duration", "0.2")
+    left = _shm_of([p.pid], shm)
+    p2, _ = _start(topo, "--workers", "2", "--duration", "0.2")
     p2.communicate(timeout=20)
     assert not _tables()
+    assert _shm_of([p.pid, p2.pid], shm) == [], left
+
+
+_BIG_UDP = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER: IP_PMTUDISC_DONT
+for k in range(int(sys.argv[2])):
+    s.sendto(bytes([k]) * 1400, (sys.argv[1], 5557))
+"""
+
+
+@pytest.mark.parametrize("tables", ["shared", "own"])
+def test_ipv4_fragmented_by_the_workers(topo, tables):
+    """r2's MTU 1000 in the configuration (fastpath's only): 1428-byte
+    IPv4 datagrams without DF from h1 are fragmented by the workers
+    (ip_fragment, from the route's and the device's MTU the shared tables
+    hold) and reassembled by h2's stack."""
+    conf = topo["dir"] / f"mtu-{tables}.conf"
+    conf.write_text(tw.CONF + "ip link set r2 mtu 1000\n")
+    p, table = _start(dict(topo, conf=str(conf)), "--workers", "2", "--worker-tables", tables,
+                      "--json")
+    try:
+        _sh(sys.executable, TOOL, "ping", "10.2.0.2", "1", "2", ns=H1, check=False)
+        rcv = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "udprecv", "4",
+                                "5557", "5", "5"], stdout=subprocess.PIPE, text=True)
+        assert rcv.stdout.readline().strip() == "ready"
+        _sh(sys.executable, "-c", _BIG_UDP, "10.2.0.2", "5", ns=H1)
+        got = rcv.communicate(timeout=10)[0].strip()
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+    assert got == "5", (got, err)
+    c = json.loads(out)["counters"]
+    assert c["interfaces"]["r2"]["tx"] >= 10, c["interfaces"]["r2"]     # two fragments each
 
 
 def test_srv6_frames_as_the_kernel_two_workers(topo):
@@ -196,13 +240,16 @@ def test_workers_with_af_xdp_refused(topo):
         "fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)")
 
 
-def test_sighup_reaches_the_workers(topo):
+@pytest.mark.parametrize("tables", ["shared", "own"])
+def test_sighup_reaches_the_workers(topo, tables):
     """SIGHUP with workers: the control process checks the new file and
-    hands it to every worker (the learned neighbours sent again): a
-    route added there works at once through the workers."""
+    publishes it to the shared tables (or hands it to every worker, the
+    learned neighbours sent again): a route added there works at once
+    through the workers."""
     conf = topo["dir"] / "reload-workers.conf"
     conf.write_text(tw.CONF)
-    p, table = _start(dict(topo, conf=str(conf)), "--workers", "2", "--json")
+    p, table = _start(dict(topo, conf=str(conf)), "--workers", "2", "--worker-tables", tables,
+                      "--json")
     try:
         conf.write_text(tw.CONF + "ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
         p.send_signal(signal.SIGHUP)
@@ -246,3 +293,19 @@ def test_interface_removed_under_workers(topo):
         _sh("ip", "-n", R, "link", "del", "r3", check=False)
     assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
     assert not _tables() and not any(_alive(w) for w in workers)
+
+
+def test_sweep_stale_segments(tmp_path):
+    """fastpath.dataplane.sweep_stale_segments: a Dataplane segment of a
+    process that is gone is removed, one of a live process and other
+    names are kept."""
+    from fastpath.dataplane import sweep_stale_segments
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"fp{gone.pid}_abc123_snap1"
+    mine = tmp_path / f"fp{os.getpid()}_abc123_core"
+    other = tmp_path / "fp123x_abc123_core"
+    for f in (dead, mine, other):
+        f.write_bytes(b"x")
+    assert sweep_stale_segments(str(tmp_path)) == [dead.name]
+    assert not dead.exists() and mine.exists() and other.exists()

@@ -200,13 +200,18 @@ class Live:
 
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
                  block_size=RX_BLOCK_SIZE, block_nr=RX_BLOCK_NR, neigh_params=None, mode="noref",
-                 backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None):
+                 backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None,
+                 shared=None):
         """``role``: "all" (one process does everything), or for --workers
         (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
         group}: its sockets join them; ARP/ND frames are left to the
         control process; neighbours come from it) or "control" (sockets
         that receive only ARP/ND, the nftables table, the neighbour
-        subsystem; no data frames)."""
+        subsystem; no data frames).  ``shared`` (a worker): ``(attach
+        arguments, slot, state)``: the datapath reads the control process's
+        shared tables (fastpath.dataplane.AttachedTables) instead of a
+        Router compiled here; ``state`` is the configuration without its
+        routes (devices, addresses, neighbours, sysctls)."""
         if role not in ("all", "worker", "control"):
             raise ValueError(f"role {role!r}")
         self.role = role
@@ -225,6 +230,7 @@ class Live:
         self.block_size, self.block_nr = block_size, block_nr
         self.neigh_params = neigh_params
         self.mode = mode
+        self.shared = shared
         self.router = None
         self.sockets = []
         self.guard = None
@@ -261,17 +267,22 @@ class Live:
         if len(set(self.names)) != len(self.names):
             raise LiveError("an interface is named twice")
         sysinfo = {n: system_interface(n) for n in self.names}
-        r = Router(mode=self.mode)
-        # the system's MAC and MTU first, then the configuration (its own
-        # settings win; its line numbers stay its own)
-        try:
-            r.configure(_prelude(self.names, sysinfo))
-        except ConfigError as e:
-            raise LiveError(f"interfaces: {e}") from None
-        try:
-            r.configure(self.config)
-        except ConfigError as e:
-            raise LiveError(f"configuration: {e}") from None
+        if self.shared is not None:
+            from ..dataplane import AttachedTables
+            args, slot, state = self.shared
+            r = AttachedTables(args, slot, state)
+        else:
+            r = Router(mode=self.mode)
+            # the system's MAC and MTU first, then the configuration (its own
+            # settings win; its line numbers stay its own)
+            try:
+                r.configure(_prelude(self.names, sysinfo))
+            except ConfigError as e:
+                raise LiveError(f"interfaces: {e}") from None
+            try:
+                r.configure(self.config)
+            except ConfigError as e:
+                raise LiveError(f"configuration: {e}") from None
         self.router = r
         st = r.state
         self.sysinfo = sysinfo
@@ -437,6 +448,8 @@ class Live:
         remove the nftables table (idempotent)."""
         for s in self.sockets:
             s.close()
+        if self.shared is not None and self.router is not None:
+            self.router.close()
         for ifindex in getattr(self, "_leftover", ()):
             # every socket of the device closed: libxdp detached the program
             # it loaded; one it took over from a killed run stays: detach it
@@ -479,10 +492,17 @@ class Live:
         if t is not None:
             wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
         if not any(s.ready() for s in self.sockets):
+            # attached to shared tables: offline while asleep, so that a
+            # grace period of the control process does not wait for us
+            shared = self.shared is not None
+            if shared:
+                self.router.offline()
             if self.extra_fds:
                 self._io.poll(self.sockets, wait, self.extra_fds)
             else:
                 self._io.poll(self.sockets, wait)
+            if shared:
+                self.router.online()
             # a socket whose device went down reports ENETDOWN once: watch
             # that device until it is up again, and stop if it went away
             for k, s in enumerate(self.sockets):

@@ -31,16 +31,26 @@ reports the use (the stale -> delay transition); a worker's packet to an
 unresolved nexthop (destination MAC left zero by the datapath) is sent to
 the control process, which queues it and sends it on resolution.
 
-Each worker compiles its own Router from the configuration text (not the
-shared tables of fastpath.Dataplane: see docs/wire.md, what is left).
+The tables are one copy, in shared memory: the control process holds a
+``fastpath.Dataplane(..., external=True)`` compiled from the
+configuration, and each worker attaches to one of its slots
+(``AttachedTables``) and reads the LPMs, route entries, nexthop rows and
+seg6local records the control process updates in place, RCU style, with
+the Dataplane's QSBR (a worker reports a quiescent state before every
+batch and is offline while it sleeps in poll).  A learned neighbour is one
+``Dataplane.configure`` in the control process, published to every worker
+at once; a SIGHUP replaces the state the same way.  A worker keeps only
+the configuration without its routes (devices, addresses, neighbours,
+sysctls: for its echo replies and its links), sent with its init message.
 
 A worker that dies (SIGKILL, a crash): the control process sees its
 connection close, reaps it, says so in one line on stderr and starts a new
 one in its place (its socket joins the groups again; meanwhile the kernel
 spreads the group over the remaining members); after 5 deaths in 60 s it
 stops with one line and exit status 1.  Nothing a worker owns outlives it:
-its sockets close with it, the nftables table is the control process's,
-and no shared memory is used.  What it had counted is kept as of its last
+its sockets close with it, the nftables table and the shared tables are
+the control process's (a SIGKILLed control process's segments are removed
+by the next run).  What it had counted is kept as of its last
 report (the control process asks every worker once a second).  When the
 control process goes away (even by SIGKILL) the workers see their
 connection close and exit.
@@ -102,21 +112,35 @@ class _RemoteNeigh:
         return []
 
 
+def _small_state(state):
+    """The configuration without its routes: what a worker attached to the
+    shared tables keeps (and what its init and reload messages carry)."""
+    from ..config import RouteTable
+    small = state.copy()
+    small.routes = RouteTable({})
+    return small
+
+
+def _reload_shared(live, state):
+    """A worker attached to the shared tables: the control process's new
+    configuration (routes left out); its tables are already published."""
+    live.router.state = state
+    for l in live.links.values():
+        itf = state.interfaces[l.name]
+        l.mac = itf.mac
+        l.addrs4 = [a for a in itf.addrs if a.version == 4]
+        l.addrs6 = [a for a in itf.addrs if a.version == 6]
+    live._locals(state)
+    live.reloads += 1
+
+
 def _apply_neigh(live, lines):
     """The control process's ``ip neigh`` lines into this worker's Router
     (one configure; a ``del`` of an entry this Router never had is
     skipped, as Live._push_neighbours does)."""
-    from ..config import ConfigError
     if not lines:
         return
-    try:
-        live.router.configure("\n".join(lines) + "\n")
-    except ConfigError:
-        for line in lines:
-            try:
-                live.router.configure(line + "\n")
-            except ConfigError:
-                pass
+    _configure_lines(live.router, lines)
     live.neigh_configures += 1
 
 
@@ -151,8 +175,10 @@ def worker_main(fd: int) -> int:
         except OSError:
             pass
     ring = {"block_nr": cfg["block_nr"]} if cfg.get("block_nr") else {}
+    shared = (cfg["attach"], cfg["slot"], cfg["state"]) if cfg.get("attach") else None
     live = Live(cfg["config"], cfg["names"], batch_size=cfg["batch"],
-                qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"], **ring)
+                qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"],
+                shared=shared, **ring)
     try:
         try:
             live.open()
@@ -177,13 +203,17 @@ def worker_main(fd: int) -> int:
                     return 0                              # the control process is gone
                 cmd = msg[0]
                 if cmd == "neigh":
-                    _apply_neigh(live, msg[1])
+                    if shared is None:
+                        _apply_neigh(live, msg[1])
                     nb.stale_set = set(msg[2])
                 elif cmd == "stale":
                     nb.stale_set = set(msg[1])
                 elif cmd == "reload":
                     try:
-                        live.reload(msg[1])
+                        if shared is not None:
+                            _reload_shared(live, msg[1])
+                        else:
+                            live.reload(msg[1])
                         live.neigh = nb
                         _send(conn, ("reloaded", None))
                     except LiveError as e:
@@ -204,6 +234,26 @@ def worker_main(fd: int) -> int:
 # the control process
 # ---------------------------------------------------------------------------
 
+def _max_routes(n):
+    """The shared route entries for a table of ``n`` routes: room to grow
+    to twice as many (at least 65536, at most 2**23)."""
+    return min(1 << 23, max(1 << 16, 1 << (2 * n).bit_length()))
+
+
+def _configure_lines(target, lines):
+    """``ip neigh`` lines into a Router or Dataplane: one configure, or line
+    by line when that one fails (a ``del`` of an entry it never had)."""
+    from ..config import ConfigError
+    try:
+        target.configure("\n".join(lines) + "\n")
+    except ConfigError:
+        for line in lines:
+            try:
+                target.configure(line + "\n")
+            except ConfigError:
+                pass
+
+
 class _W:
     def __init__(self, index, popen, conn):
         self.index, self.popen, self.conn = index, popen, conn
@@ -217,7 +267,12 @@ class Supervisor(Live):
     docstring).  The same calls as Live: open/close (``with``), step,
     counters, neighbours, reload."""
 
-    def __init__(self, config, interfaces=None, *, workers=2, cpus=None, **kw):
+    def __init__(self, config, interfaces=None, *, workers=2, cpus=None, shared_tables=True,
+                 **kw):
+        """``shared_tables``: the workers read one copy of the tables, the
+        control process's Dataplane (the default); False: each compiles
+        its own Router from the configuration text (the way before, kept
+        to compare with)."""
         if kw.get("backend", "af_packet") != "af_packet":
             raise LiveError("--workers needs --backend af_packet (PACKET_FANOUT)")
         # the control process's sockets see only ARP/ND: a small ring; the
@@ -238,10 +293,23 @@ class Supervisor(Live):
         self._stale_sent = frozenset()
         self._seq = 0
         self._next_poll = 0.0
+        self.shared_tables = bool(shared_tables)
+        self.dataplane = None
 
     # -- workers -----------------------------------------------------------
     def _open(self):
         super()._open()
+        if self.shared_tables:
+            from ..dataplane import Dataplane, DataplaneError, sweep_stale_segments
+            sweep_stale_segments()
+            st = self.router.state
+            try:
+                self.dataplane = Dataplane(st, workers=self.nworkers, mode=self.mode, pin=False,
+                                           oversubscribe=True, external=True,
+                                           alive=self._slot_alive,
+                                           max_routes=_max_routes(len(st.routes)))
+            except DataplaneError as e:
+                raise LiveError(f"shared tables: {e}") from None
         used = set()
         for n in self.names:
             g = secrets.randbelow(65535) + 1
@@ -264,11 +332,18 @@ class Supervisor(Live):
         conn = Connection(parent.detach())
         wk = _W(w, p, conn)
         self.workers[w] = wk
-        conn.send(("init", {"config": self.config, "names": self.names, "groups": self.groups,
-                            "batch": self._worker_batch, "qdisc_bypass": self.qdisc_bypass,
-                            "block_nr": self._worker_blocks,
-                            "cpu": self.cpus[w]}))
+        init = {"config": self.config, "names": self.names, "groups": self.groups,
+                "batch": self._worker_batch, "qdisc_bypass": self.qdisc_bypass,
+                "block_nr": self._worker_blocks, "cpu": self.cpus[w]}
+        if self.dataplane is not None:
+            init.update(attach=self.dataplane.attach_args(), slot=w,
+                        state=_small_state(self.router.state))
+        conn.send(("init", init))
         return wk
+
+    def _slot_alive(self, w):
+        wk = self.workers[w] if w < len(self.workers) else None
+        return wk is not None and wk.popen.poll() is None
 
     def _await_ready(self, wk, timeout=30.0):
         if not wk.conn.poll(timeout):
@@ -294,6 +369,8 @@ class Supervisor(Live):
             wk.conn.close()
         except OSError:
             pass
+        if self.dataplane is not None:
+            self.dataplane.slot_offline(wk.index)      # grace periods stop waiting for it
         recent = [d for d in self.deaths if now - d[0] < RESTART_WINDOW]
         if len(recent) > RESTART_LIMIT:
             self.workers[wk.index] = None
@@ -332,7 +409,12 @@ class Supervisor(Live):
             self._stale_sent = stale
 
     def _neigh_pushed(self, lines):
-        self._broadcast_neigh(lines=lines)
+        if self.dataplane is not None:
+            # one publication reaches every worker; they get the STALE set
+            _configure_lines(self.dataplane, lines)
+            self._broadcast_neigh(lines=[])
+        else:
+            self._broadcast_neigh(lines=lines)
 
     # -- the loop -------------------------------------------------------------
     def step(self, poll_ms=50):
@@ -424,6 +506,18 @@ class Supervisor(Live):
 
     def reload(self, config):
         super().reload(config)                        # LiveError: the running one stays
+        if self.dataplane is not None:
+            st = self.router.state
+            if len(st.routes) > self.dataplane.max_dsts // 2:
+                print("fastpath.run: the reloaded configuration has more routes than the shared "
+                      f"tables were sized for ({self.dataplane.max_dsts // 2}); restart to grow "
+                      "them", file=sys.stderr, flush=True)
+            self.dataplane._replace_state(st.copy())  # published: the workers read it
+            small = _small_state(st)
+            for wk in self._live_workers():
+                _send(wk.conn, ("reload", small))
+            self._broadcast_neigh(lines=[])
+            return
         for wk in self._live_workers():
             _send(wk.conn, ("reload", self.config))
         self._broadcast_neigh(full=True)
@@ -455,6 +549,9 @@ class Supervisor(Live):
                 pass
         self._final = [wk.counters for wk in self._live_workers() if wk.counters]
         self.workers = [None] * len(self.workers)
+        if self.dataplane is not None:
+            self.dataplane.close()                    # its segments unlinked
+            self.dataplane = None
         super().close()
 
     # -- counters -------------------------------------------------------------
@@ -468,6 +565,7 @@ class Supervisor(Live):
         allc = per + self._retired
         nr = self._worker_blocks or RX_BLOCK_NR
         out = {"backend": "af_packet", "workers": len(self.workers),
+               "worker_tables": "shared" if self.shared_tables else "own",
                "rx_ring": {"block_size": RX_BLOCK_SIZE, "block_nr": nr,   # each worker's
                            "bytes": RX_BLOCK_SIZE * nr},
                "restarts": self.restarts,
