@@ -25,6 +25,8 @@ forwarded, in turn, by
 * ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
 * ``fastpath-ringM`` (also ``fastpath-workersN-ringM``): AF_PACKET with
   ``--ring-mb M`` (RX rings of M MiB instead of 32);
+* ``fastpath-workersN-own``: ``--workers N --worker-tables own`` (a Router
+  per worker instead of the shared tables);
 * ``kernel``: r's kernel, configured as the same router (no fastpath, no
   ingress drop).
 
@@ -367,6 +369,8 @@ def start_forwarder(t, forwarder, batch, conf_path):
     ring = re.search(r"-ring(\d+)", forwarder)
     if ring:
         cmd += ["--ring-mb", ring[1]]
+    if w and forwarder.endswith("-own"):
+        cmd += ["--worker-tables", "own"]
     fp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     end = time.monotonic() + 20
     while not os.path.exists(ready):
@@ -592,7 +596,7 @@ def _fwname(fw):
     for o in opts:
         m = re.fullmatch(r"(workers|ring)(\d+)", o)
         words.append(f"workers {m[2]}" if m and m[1] == "workers" else
-                     f"ring {m[2]} MiB" if m else o)
+                     f"ring {m[2]} MiB" if m else "own tables" if o == "own" else o)
     return ", ".join(words)
 
 
