@@ -479,3 +479,27 @@ def test_attached_tables_follow_configure_as_the_router(name):
                     call()
         finally:
             a.close()
+
+
+def test_wire_control_tables_fib_lookup_as_the_router():
+    """fastpath.run --workers' control process answers proxy ARP from the
+    Dataplane's tables (wire.workers._ControlTables, no Router of its own):
+    its fib_lookup gives the Router's, before and after a configure."""
+    from fastpath.wire.workers import _ControlTables
+    cfg = ("ip addr add 10.1.0.1/24 dev eth0\nip addr add 10.2.0.1/24 dev eth1\n"
+           "ip route add 10.9.0.0/16 via 10.2.0.2 dev eth1\n"
+           "ip route add blackhole 10.8.0.0/16\n")
+    r = Router()
+    r.configure(cfg)
+    with Dataplane(cfg, workers=1, external=True, pin=False) as dp:
+        c = _ControlTables(dp)
+        addrs = ["10.9.1.1", "10.8.0.1", "10.1.0.7", "10.2.0.1", "192.0.2.1", "10.7.0.1"]
+        for step in ("", "ip route replace 10.9.0.0/16 via 10.1.0.2 dev eth0\n"
+                         "ip route add 10.7.0.0/16 dev eth1\n"):
+            if step:
+                r.configure(step)
+                c.configure(step)
+            assert [c.fib_lookup(4, a, "10.1.0.2", "eth0") for a in addrs] == \
+                   [r.fib_lookup(4, a, "10.1.0.2", "eth0") for a in addrs]
+        assert c.fib_lookup(4, "10.9.1.1", "10.1.0.2", "eth0") == ("unicast", "eth0")
+        assert c.state is dp.state

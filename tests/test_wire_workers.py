@@ -295,6 +295,32 @@ def test_interface_removed_under_workers(topo):
     assert not _tables() and not any(_alive(w) for w in workers)
 
 
+_API = r"""
+import subprocess, sys, time
+from fastpath import Live
+conf, h1, tool = sys.argv[1], sys.argv[2], sys.argv[3]
+with Live(open(conf).read(), ["r1", "r2"], workers=2) as live:
+    assert live.dataplane is not None
+    live.configure("ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
+    ping = subprocess.Popen(["ip", "netns", "exec", h1, sys.executable, tool, "ping", "10.4.0.2",
+                             "3", "2"], stdout=subprocess.PIPE, text=True)
+    end = time.monotonic() + 15
+    while ping.poll() is None and time.monotonic() < end:
+        live.step(20)
+    c = live.counters()
+print(ping.communicate()[0].strip(), c["worker_tables"], c["verdicts"]["forward"] >= 6)
+"""
+
+
+def test_configure_through_the_api_reaches_the_workers(topo):
+    """fastpath.Live(..., workers=2).configure(lines): a route added is
+    published to the workers' shared tables at once (pings to it
+    forwarded by them)."""
+    r = _sh(sys.executable, "-c", _API, topo["conf"], H1, TOOL, ns=R, check=False,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert r.stdout.strip() == "ok 3/3 shared True", r.stdout + r.stderr
+
+
 def test_sweep_stale_segments(tmp_path):
     """fastpath.dataplane.sweep_stale_segments: a Dataplane segment of a
     process that is gone is removed, one of a live process and other

@@ -234,6 +234,35 @@ def worker_main(fd: int) -> int:
 # the control process
 # ---------------------------------------------------------------------------
 
+class _ControlTables:
+    """The control process's Router calls (its neighbour subsystem's and
+    proxy's: the state, ``fib_lookup``, ``configure``), over the Dataplane
+    the workers read: the one copy of the tables.  It processes no data
+    packets (its sockets take ARP/ND only), so its counters are empty."""
+
+    def __init__(self, dataplane):
+        self.dataplane = dataplane
+
+    @property
+    def state(self):
+        return self.dataplane.state
+
+    @property
+    def _tables(self):
+        return self.dataplane._tables
+
+    from ..router import Router as _R
+    fib_lookup = _R.fib_lookup
+    del _R
+
+    def configure(self, text):
+        self.dataplane.configure(text)
+        return self
+
+    def counters(self):
+        return {"reasons": {}, "routes": {}}
+
+
 def _max_routes(n):
     """The shared route entries for a table of ``n`` routes: room to grow
     to twice as many (at least 65536, at most 2**23)."""
@@ -310,6 +339,9 @@ class Supervisor(Live):
                                            max_routes=_max_routes(len(st.routes)))
             except DataplaneError as e:
                 raise LiveError(f"shared tables: {e}") from None
+            # one copy: the Router compiled by Live._open goes, its calls
+            # are the Dataplane's from here on
+            self.router = _ControlTables(self.dataplane)
         used = set()
         for n in self.names:
             g = secrets.randbelow(65535) + 1
@@ -410,8 +442,8 @@ class Supervisor(Live):
 
     def _neigh_pushed(self, lines):
         if self.dataplane is not None:
-            # one publication reaches every worker; they get the STALE set
-            _configure_lines(self.dataplane, lines)
+            # (already published: self.router is the Dataplane's); the
+            # workers get the STALE set
             self._broadcast_neigh(lines=[])
         else:
             self._broadcast_neigh(lines=lines)
@@ -512,7 +544,8 @@ class Supervisor(Live):
                 print("fastpath.run: the reloaded configuration has more routes than the shared "
                       f"tables were sized for ({self.dataplane.max_dsts // 2}); restart to grow "
                       "them", file=sys.stderr, flush=True)
-            self.dataplane._replace_state(st.copy())  # published: the workers read it
+            self.dataplane._replace_state(st)         # published: the workers read it
+            self.router = _ControlTables(self.dataplane)  # the reload's Router goes
             small = _small_state(st)
             for wk in self._live_workers():
                 _send(wk.conn, ("reload", small))
@@ -521,6 +554,17 @@ class Supervisor(Live):
         for wk in self._live_workers():
             _send(wk.conn, ("reload", self.config))
         self._broadcast_neigh(full=True)
+
+    def configure(self, text):
+        """Lines applied as a delta (all or nothing, ConfigError): with the
+        shared tables, published to every worker at once (and the workers
+        told the new devices' addresses); else to this process only."""
+        super().configure(text)
+        if self.dataplane is not None:
+            small = _small_state(self.router.state)
+            for wk in self._live_workers():
+                _send(wk.conn, ("reload", small))
+        return self
 
     def close(self):
         for wk in self._live_workers():
