@@ -929,18 +929,15 @@ class Dataplane:
                     if self._alive is not None and not self._alive(w):
                         self.slot_offline(w)
                         break
-                    if time.monotonic() > deadline:
-                        raise DataplaneError(f"grace period stalled: attached worker {w} has not "
-                                             f"passed a quiescent state in {timeout:g} s")
-                    time.sleep(pause)
-                    pause = min(pause * 2, 1e-3)
-                    continue
-                if not self._procs[w].is_alive():
-                    self._worker_died(w)
-                    break
+                    who = f"attached worker {w}"
+                else:
+                    if not self._procs[w].is_alive():
+                        self._worker_died(w)
+                        break
+                    who = f"worker {w} (pid {self._procs[w].pid})"
                 if time.monotonic() > deadline:
-                    raise DataplaneError(f"grace period stalled: worker {w} (pid {self._procs[w].pid}) "
-                                         f"has not passed a quiescent state in {timeout:g} s")
+                    raise DataplaneError(f"grace period stalled: {who} has not passed a "
+                                         f"quiescent state in {timeout:g} s")
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
         return token

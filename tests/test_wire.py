@@ -542,19 +542,24 @@ def _forward_frames(h1mac, rmac):
             r + mac + b"\x86\xdd" + end + srh + udp]
 
 
+def _through(frames):
+    """``frames`` sent from h1's h1e; what h2e receives of them (hex)."""
+    cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
+                            str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
+    assert cap.stdout.readline().strip() == "ready"
+    _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for f in frames], ns=H1,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return cap.communicate(timeout=10)[0].split()
+
+
 def test_forwarded_frames_as_the_kernel(topo):
     """The same frames from h1 through r's kernel as the router, then
     through fastpath: h2 receives the same bytes (TTL / hop limit, IPv4
     checksum, End's next segment, MACs)."""
     frames = _forward_frames(_mac(H1, "h1e"), _mac(R, "r1"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def through():
-        cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
-                                str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
-        assert cap.stdout.readline().strip() == "ready"
-        _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for f in frames], ns=H1, env=env)
-        return cap.communicate(timeout=10)[0].split()
+        return _through(frames)
     kernel = through()
     assert len(kernel) == 3, kernel
     p, _table = _start(topo)
@@ -604,14 +609,9 @@ def srv6_frames_as_the_kernel(topo, *args):
     frame (each pass sent twice: the first resolves h2, and a router queues
     the first frames behind ARP/NS)."""
     frames = _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def through():
-        cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
-                                str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
-        assert cap.stdout.readline().strip() == "ready"
-        _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for _n, f in frames], ns=H1, env=env)
-        return cap.communicate(timeout=10)[0].split()
+        return _through([f for _n, f in frames])
     _flush_hosts()
     through()
     kernel = through()
