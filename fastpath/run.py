@@ -76,23 +76,19 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"fastpath.run: {args.config}: {e.strerror}", file=sys.stderr)
         return 2
-    if args.batch < 1 or args.batch > 65536:
-        print("fastpath.run: --batch must be 1..65536", file=sys.stderr)
-        return 2
-    if args.workers is not None and not 1 <= args.workers <= 64:
-        print("fastpath.run: --workers must be 1..64", file=sys.stderr)
-        return 2
-    if args.workers is not None and args.backend != "af_packet":
-        print("fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)", file=sys.stderr)
-        return 2
-    if args.ring_mb is not None and not 1 <= args.ring_mb <= 4096:
-        print("fastpath.run: --ring-mb must be 1..4096", file=sys.stderr)
-        return 2
-    if args.ring_mb is not None and args.backend != "af_packet":
-        print("fastpath.run: --ring-mb is for --backend af_packet", file=sys.stderr)
-        return 2
-    if args.stats is not None and args.stats < 0:
-        print("fastpath.run: --stats SECONDS must be positive", file=sys.stderr)
+    # the arguments' checks: one line each, exit status 2
+    wrong = [msg for bad, msg in (
+        (not 1 <= args.batch <= 65536, "--batch must be 1..65536"),
+        (args.workers is not None and not 1 <= args.workers <= 64, "--workers must be 1..64"),
+        (args.workers is not None and args.backend != "af_packet",
+         "--workers needs --backend af_packet (PACKET_FANOUT)"),
+        (args.ring_mb is not None and not 1 <= args.ring_mb <= 4096, "--ring-mb must be 1..4096"),
+        (args.ring_mb is not None and args.backend != "af_packet",
+         "--ring-mb is for --backend af_packet"),
+        (args.stats is not None and args.stats < 0, "--stats SECONDS must be positive"),
+    ) if bad]
+    if wrong:
+        print(f"fastpath.run: {wrong[0]}", file=sys.stderr)
         return 2
 
     stopping = {"sig": None, "reload": False}
