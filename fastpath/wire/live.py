@@ -384,7 +384,13 @@ class Live:
         all or nothing, ConfigError); the neighbour subsystem sees the new
         addresses.  Attaching new interfaces needs a new Live."""
         self.router.configure(text)
-        st = self.router.state
+        self._addresses_from(self.router.state)
+        return self
+
+    def _addresses_from(self, st):
+        """The attached links' MAC and addresses, the neighbour subsystem's
+        local IPv4 addresses and the echo replies' addresses and TTLs, as
+        configuration ``st`` has them (after a configure or a reload)."""
         for l in self.links.values():
             itf = st.interfaces[l.name]
             l.mac = itf.mac
@@ -393,7 +399,6 @@ class Live:
         self.neigh.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
                              if a.version == 4 and a.ip.packed[0] != 127}
         self._locals(st)
-        return self
 
     def reload(self, config) -> None:
         """A new configuration (SIGHUP): compiled on a new Router beside the
@@ -427,16 +432,9 @@ class Live:
                              f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[e.ifindex].name}")
         if lines:
             r.configure("\n".join(lines) + "\n")
-        for l in self.links.values():
-            itf = st.interfaces[l.name]
-            l.mac = itf.mac
-            l.addrs4 = [a for a in itf.addrs if a.version == 4]
-            l.addrs6 = [a for a in itf.addrs if a.version == 6]
         nb.static = static
-        nb.local4 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
-                     if a.version == 4 and a.ip.packed[0] != 127}
         nb.forwarding = bool(st.sysctl("net.ipv6.conf.all.forwarding"))
-        self._locals(st)
+        self._addresses_from(st)
         old = self.router
         self.router = r
         self.config = text

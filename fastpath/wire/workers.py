@@ -125,12 +125,7 @@ def _reload_shared(live, state):
     """A worker attached to the shared tables: the control process's new
     configuration (routes left out); its tables are already published."""
     live.router.state = state
-    for l in live.links.values():
-        itf = state.interfaces[l.name]
-        l.mac = itf.mac
-        l.addrs4 = [a for a in itf.addrs if a.version == 4]
-        l.addrs6 = [a for a in itf.addrs if a.version == 6]
-    live._locals(state)
+    live._addresses_from(state)
     live.reloads += 1
 
 
@@ -138,9 +133,17 @@ def _apply_neigh(live, lines):
     """The control process's ``ip neigh`` lines into this worker's Router
     (one configure; a ``del`` of an entry this Router never had is
     skipped, as Live._push_neighbours does)."""
+    from ..config import ConfigError
     if not lines:
         return
-    _configure_lines(live.router, lines)
+    try:
+        live.router.configure("\n".join(lines) + "\n")
+    except ConfigError:
+        for line in lines:
+            try:
+                live.router.configure(line + "\n")
+            except ConfigError:
+                pass
     live.neigh_configures += 1
 
 
@@ -267,20 +270,6 @@ def _max_routes(n):
     """The shared route entries for a table of ``n`` routes: room to grow
     to twice as many (at least 65536, at most 2**23)."""
     return min(1 << 23, max(1 << 16, 1 << (2 * n).bit_length()))
-
-
-def _configure_lines(target, lines):
-    """``ip neigh`` lines into a Router or Dataplane: one configure, or line
-    by line when that one fails (a ``del`` of an entry it never had)."""
-    from ..config import ConfigError
-    try:
-        target.configure("\n".join(lines) + "\n")
-    except ConfigError:
-        for line in lines:
-            try:
-                target.configure(line + "\n")
-            except ConfigError:
-                pass
 
 
 class _W:
@@ -599,6 +588,11 @@ class Supervisor(Live):
         super().close()
 
     # -- counters -------------------------------------------------------------
+    def rx_ring(self):
+        """Each worker's RX ring (the control process's own is 4 blocks)."""
+        nr = self._worker_blocks or RX_BLOCK_NR
+        return {"block_size": RX_BLOCK_SIZE, "block_nr": nr, "bytes": RX_BLOCK_SIZE * nr}
+
     def counters(self) -> dict:
         if self._live_workers():
             self._collect()
@@ -607,11 +601,9 @@ class Supervisor(Live):
             per = getattr(self, "_final", [])
         mine = super().counters()
         allc = per + self._retired
-        nr = self._worker_blocks or RX_BLOCK_NR
         out = {"backend": "af_packet", "workers": len(self.workers),
                "worker_tables": "shared" if self.shared_tables else "own",
-               "rx_ring": {"block_size": RX_BLOCK_SIZE, "block_nr": nr,   # each worker's
-                           "bytes": RX_BLOCK_SIZE * nr},
+               "rx_ring": self.rx_ring(),
                "restarts": self.restarts,
                "worker_rx": [sum(i["rx"] for i in c["interfaces"].values()) for c in per],
                "retired_rx": sum(sum(i["rx"] for i in c["interfaces"].values())
