@@ -226,6 +226,7 @@ def test_ipv4_fragmented_by_the_workers(topo, tables):
     assert c["interfaces"]["r2"]["tx"] >= 10, c["interfaces"]["r2"]     # two fragments each
 
 
+@tw.needs_kernel_seg6
 def test_srv6_frames_as_the_kernel_two_workers(topo):
     """test_wire's SRv6 frames (one per behaviour of r) through two
     workers: the bytes r's kernel sends."""

@@ -125,6 +125,7 @@ def test_ping_through_fastpath_af_xdp(topo):
 
 
 @wire
+@tw.needs_kernel_seg6
 def test_srv6_end_through_fastpath_af_xdp(topo):
     """h1's kernel encapsulates (segs fc00:1::1,fc00:2::100): End on
     fastpath (AF_XDP), End.DX4 on h2's kernel; the reply comes back as
@@ -140,6 +141,7 @@ def test_srv6_end_through_fastpath_af_xdp(topo):
 
 
 @wire
+@tw.needs_kernel_seg6
 def test_srv6_frames_as_the_kernel_af_xdp(topo):
     """test_wire's SRv6 frames (one per behaviour of r) through AF_XDP:
     the bytes r's kernel sends."""
