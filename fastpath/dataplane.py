@@ -775,15 +775,25 @@ class Dataplane:
 
     def _replace_state(self, state: State) -> "Dataplane":
         """The whole configuration replaced by ``state`` (a KernelFollower's
-        resync): compiled against the installed entries (what did not
-        change keeps its entry) and published as any configure."""
+        resync, a reload of ``fastpath.run --workers``): compiled against
+        the installed entries (what did not change keeps its entry) and
+        published as any configure.  All or nothing: on an error
+        (ConfigError, or ValueError for a route that cannot be installed or
+        more new entries than are free) the tables are compiled back to the
+        running state before anything was published, and it stays."""
         from .config import RouteTable
         self._check_open()
         with self._lock:
             if not isinstance(state.routes, RouteTable):
                 state.routes = RouteTable(dict(state.routes))
             _check_gateways(state)
-            compile_tables(state, self._tables, defer_lpm=True)
+            try:
+                compile_tables(state, self._tables, defer_lpm=True)
+            except BaseException:
+                # compile_tables raises before any route entry or LPM entry
+                # changes: only the small tables need to be rebuilt
+                compile_tables(self.state, self._tables, defer_lpm=True)
+                raise
             self.state = state
             self._publish()
         return self

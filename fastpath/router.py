@@ -296,6 +296,31 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
             gc.enable()
 
 
+def parse_config(text, state: State | None = None) -> State:
+    """Configuration lines run on ``state`` (a new State when None) as one
+    transaction, checked as ``Router.configure`` checks them (ConfigError,
+    line-numbered; nothing changed on an error), with no tables built: a
+    whole configuration that is then compiled once (``Router._replace_state``,
+    ``Dataplane._replace_state``; a reload of ``fastpath.run``).  Returns
+    the State."""
+    st = State() if state is None else state
+    was = gc.isenabled()
+    gc.disable()                   # (as apply_config: no cycles made here)
+    try:
+        saved = st.begin()
+        try:
+            st.run(text)
+            _check_changed_gateways(st, st.routes.pending())
+        except BaseException:
+            st.rollback(saved)
+            raise
+        st.commit()
+    finally:
+        if was:
+            gc.enable()
+    return st
+
+
 def _apply_config(st, tables, text, defer_lpm):
     saved = st.begin()
     try:

@@ -645,6 +645,12 @@ def compile_tables(state, old: Tables | None = None, defer_lpm: bool = False) ->
     strict = _strict_routes(state, best.get)
     new_strict, schanged, sretired = _diff_strict(t, state, strict)
     retired += sretired
+    if t.max_dsts and len(changed) + len(schanged) > len(t.free_dsts):
+        # a fixed capacity (a Dataplane's shared entries; the retired ones
+        # are free only after a grace period): refused before any entry
+        # changes, the caller compiles its state before back
+        raise ValueError(f"route table full: {len(changed) + len(schanged)} new route entries, "
+                         f"{len(t.free_dsts)} free of {t.max_dsts} (raise max_routes)")
     for e in [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]:
         _install(t, e)
     t.retired.extend(retired)

@@ -319,6 +319,42 @@ def test_a_change_beyond_capacity_is_refused_before_anything_changes():
         assert b.results()[0].verdict == "forward"
 
 
+def test_a_whole_state_beyond_capacity_is_refused_and_the_old_one_stays():
+    """Dataplane._replace_state (a reload of fastpath.run with shared
+    tables) with more new routes than free entries: ValueError before any
+    entry changes, and the running configuration still answers; a state
+    that fits is then taken."""
+    from fastpath.config import State
+    cfg, pkts, iif = scenario("End")
+    from fastpath import Batch
+
+    def answers():
+        out = dp.process(Batch.from_packets(pkts, iif=iif, linktype="ethernet"))
+        return [(r.verdict, r.reason, r.oif) for r in out.results()] + out.packets()
+    with Dataplane(cfg, workers=1, max_routes=256) as dp:
+        before, ref = dp.state.dump(), answers()
+        assert any(v == "forward" for v, *_ in ref[:-1])
+        free = len(dp.tables.free_dsts)
+        # (its neighbour of the nexthop changes too: the small tables
+        # must come back with the routes)
+        big = State().apply(cfg + "\nip -6 neigh replace 2001:db8:2::2 lladdr 02:00:00:00:00:99 "
+                            "dev eth1\n" + "".join(f"ip -6 route add 2a03:{j:x}::/48 via 2001:db8:2::2 "
+                                          "dev eth1\n" for j in range(free + 1)))
+        with pytest.raises(ValueError, match="route table full"):
+            dp._replace_state(big)
+        assert dp.state.dump() == before and len(dp.tables.free_dsts) == free
+        b = dp.process(_batch(["2a03::1"], pkts, iif))
+        assert b.results()[0].verdict != "forward"            # not installed
+        assert answers() == ref
+        # the next change publishes the tables again: nothing of ``big`` in them
+        dp.configure("ip -6 route add 2a04::/48 via 2001:db8:2::2 dev eth1")
+        assert answers() == ref
+        dp._replace_state(State().apply(cfg + "\nip -6 route add 2a03::/48 via 2001:db8:2::2 "
+                                              "dev eth1\n"))
+        b = dp.process(_batch(["2a03::1"], pkts, iif))
+        assert b.results()[0].verdict == "forward"
+
+
 def test_seg6local_counters_of_a_reused_index_start_from_zero():
     """A counted seg6local route removed and another added in its place
     (the same parameter index, reclaimed): the new route's counters start

@@ -44,7 +44,7 @@ import numpy as np
 from ..batch import Batch
 from ..config import ConfigError
 from ..reasons import VERDICT_IDS, VERDICTS
-from ..router import Router
+from ..router import Router, parse_config
 from . import echo, nft
 from .neigh import Link, Neighbours
 
@@ -258,7 +258,7 @@ class Live:
         self._io = io_module(self.backend)
         if self.names is None:
             try:
-                st = Router().configure(self.config).state
+                st = parse_config(self.config)          # (no tables: the names only)
             except ConfigError as e:
                 raise LiveError(f"configuration: {e}") from None
             self.names = [n for n, i in st.interfaces.items() if i.kind != "loopback"]
@@ -272,17 +272,17 @@ class Live:
             args, slot, state = self.shared
             r = AttachedTables(args, slot, state)
         else:
-            r = Router(mode=self.mode)
             # the system's MAC and MTU first, then the configuration (its own
-            # settings win; its line numbers stay its own)
+            # settings win; its line numbers stay its own); compiled once
             try:
-                r.configure(_prelude(self.names, sysinfo))
+                st = parse_config(_prelude(self.names, sysinfo))
             except ConfigError as e:
                 raise LiveError(f"interfaces: {e}") from None
             try:
-                r.configure(self.config)
+                parse_config(self.config, st)
             except ConfigError as e:
                 raise LiveError(f"configuration: {e}") from None
+            r = self._compile(st)
         self.router = r
         st = r.state
         self.sysinfo = sysinfo
@@ -400,20 +400,31 @@ class Live:
                              if a.version == 4 and a.ip.packed[0] != 127}
         self._locals(st)
 
+    def _compile(self, st):
+        """The tables of a whole configuration (``_open``): this process's
+        Router, compiled once."""
+        try:
+            return Router(mode=self.mode)._replace_state(st)
+        except ValueError as e:                 # a route that cannot be installed
+            raise LiveError(f"configuration: {e}") from None
+
+    def _recompile(self, st):
+        """The tables of a reloaded configuration, beside the running ones
+        (LiveError, and the running ones stay)."""
+        return self._compile(st)
+
     def reload(self, config) -> None:
-        """A new configuration (SIGHUP): compiled on a new Router beside the
-        running one (the attached interfaces keep their ifindexes: they are
-        created first, in the same order), the learned neighbours carried
-        over, then swapped in.  On an error (LiveError) the running one
+        """A new configuration (SIGHUP): parsed into a State (the attached
+        interfaces keep their ifindexes: they are created first, in the same
+        order), the learned neighbours carried over, then compiled once
+        beside the running tables (``_recompile``) and swapped in.  On an error (LiveError) the running one
         stays."""
         text = config if isinstance(config, str) else "".join(config)
-        r = Router(mode=self.mode)
         try:
-            r.configure(_prelude(self.names, self.sysinfo))
-            r.configure(text)
+            st = parse_config(_prelude(self.names, self.sysinfo))
+            parse_config(text, st)
         except ConfigError as e:
             raise LiveError(f"configuration: {e}") from None
-        st = r.state
         if any(st.interfaces[n].ifindex != i for n, i in
                ((l.name, l.ifindex) for l in self.links.values())):
             raise LiveError("reload: the attached interfaces' ifindexes would change")
@@ -421,17 +432,22 @@ class Live:
                   for (d, a), m in st.neighbours.items() if d in st.interfaces}
         lines = []
         nb = self.neigh
-        for key, e in list(nb.entries.items()):
-            if key in static:
-                del nb.entries[key]
-                nb.stale.discard(key)
-                nb.timed.discard(key)
-            elif e.state in ("reachable", "stale", "delay", "probe") and e.mac is not None:
+        for key, e in nb.entries.items():
+            if key not in static and e.state in ("reachable", "stale", "delay", "probe") \
+                    and e.mac is not None:
                 a = ipaddress.ip_address(e.addr)
                 lines.append(f"ip -{e.family} neigh replace {a} lladdr "
                              f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[e.ifindex].name}")
         if lines:
-            r.configure("\n".join(lines) + "\n")
+            try:
+                parse_config("\n".join(lines) + "\n", st)
+            except ConfigError as e:             # (a learned entry the new devices refuse)
+                raise LiveError(f"reload: learned neighbours: {e}") from None
+        r = self._recompile(st)                 # LiveError: nothing changed yet
+        for key in [k for k in nb.entries if k in static]:
+            del nb.entries[key]                 # static entries win
+            nb.stale.discard(key)
+            nb.timed.discard(key)
         nb.static = static
         nb.forwarding = bool(st.sysctl("net.ipv6.conf.all.forwarding"))
         self._addresses_from(st)

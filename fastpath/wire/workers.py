@@ -66,6 +66,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
+from ..config import ConfigError
 from .live import RX_BLOCK_NR, RX_BLOCK_SIZE, Live, LiveError
 
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
@@ -133,7 +134,6 @@ def _apply_neigh(live, lines):
     """The control process's ``ip neigh`` lines into this worker's Router
     (one configure; a ``del`` of an entry this Router never had is
     skipped, as Live._push_neighbours does)."""
-    from ..config import ConfigError
     if not lines:
         return
     try:
@@ -315,22 +315,41 @@ class Supervisor(Live):
         self.dataplane = None
 
     # -- workers -----------------------------------------------------------
+    def _compile(self, st):
+        """Shared tables: the configuration compiled once, into the
+        Dataplane the workers attach to; the control process's Router calls
+        are the Dataplane's (one copy of the tables in all)."""
+        if not self.shared_tables:
+            return super()._compile(st)
+        from ..dataplane import Dataplane, DataplaneError, sweep_stale_segments
+        sweep_stale_segments()
+        try:
+            self.dataplane = Dataplane(st, workers=self.nworkers, mode=self.mode, pin=False,
+                                       oversubscribe=True, external=True,
+                                       alive=self._slot_alive,
+                                       max_routes=_max_routes(len(st.routes)))
+        except DataplaneError as e:
+            raise LiveError(f"shared tables: {e}") from None
+        except ValueError as e:
+            raise LiveError(f"configuration: {e}") from None
+        return _ControlTables(self.dataplane)
+
+    def _recompile(self, st):
+        """Shared tables: the reloaded State compiled once into them, against
+        the installed entries, and published to every worker (all or
+        nothing: on an error the running configuration stays)."""
+        if self.dataplane is None:
+            return super()._recompile(st)
+        try:
+            self.dataplane._replace_state(st)
+        except (ConfigError, ValueError) as e:
+            # e.g. more routes than the shared entries were sized for at start
+            raise LiveError(f"reload: {e} (the shared tables keep their size until a "
+                            "restart)") from None
+        return _ControlTables(self.dataplane)
+
     def _open(self):
         super()._open()
-        if self.shared_tables:
-            from ..dataplane import Dataplane, DataplaneError, sweep_stale_segments
-            sweep_stale_segments()
-            st = self.router.state
-            try:
-                self.dataplane = Dataplane(st, workers=self.nworkers, mode=self.mode, pin=False,
-                                           oversubscribe=True, external=True,
-                                           alive=self._slot_alive,
-                                           max_routes=_max_routes(len(st.routes)))
-            except DataplaneError as e:
-                raise LiveError(f"shared tables: {e}") from None
-            # one copy: the Router compiled by Live._open goes, its calls
-            # are the Dataplane's from here on
-            self.router = _ControlTables(self.dataplane)
         used = set()
         for n in self.names:
             g = secrets.randbelow(65535) + 1
@@ -526,16 +545,9 @@ class Supervisor(Live):
                 wait([wk.conn for wk in pending.values()], 0.05)
 
     def reload(self, config):
-        super().reload(config)                        # LiveError: the running one stays
+        super().reload(config)          # (_recompile) LiveError: the running one stays
         if self.dataplane is not None:
-            st = self.router.state
-            if len(st.routes) > self.dataplane.max_dsts // 2:
-                print("fastpath.run: the reloaded configuration has more routes than the shared "
-                      f"tables were sized for ({self.dataplane.max_dsts // 2}); restart to grow "
-                      "them", file=sys.stderr, flush=True)
-            self.dataplane._replace_state(st)         # published: the workers read it
-            self.router = _ControlTables(self.dataplane)  # the reload's Router goes
-            small = _small_state(st)
+            small = _small_state(self.router.state)   # the tables are published already
             for wk in self._live_workers():
                 _send(wk.conn, ("reload", small))
             self._broadcast_neigh(lines=[])
