@@ -73,8 +73,8 @@ from . import _datapath, _rss
 from .batch import KERNEL_FIELDS, LINKTYPES, Batch
 from .config import State
 from .reasons import REASON_IDS, REASON_NAMES
-from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, load_kwargs,
-                     prepare_batch)
+from .router import (MODES, USE_STATS, _check_gateways, apply_config, fragment_batch, gc_paused,
+                     load_kwargs, prepare_batch)
 from .tables import (DEV_DTYPE, DST_DTYPE, PCPU_DTYPE, Tables, apply_lpm, compile_tables, reserve_lpm,
                      same_load_key)
 
@@ -788,11 +788,13 @@ class Dataplane:
                 state.routes = RouteTable(dict(state.routes))
             _check_gateways(state)
             try:
-                compile_tables(state, self._tables, defer_lpm=True)
+                with gc_paused():
+                    compile_tables(state, self._tables, defer_lpm=True)
             except BaseException:
                 # compile_tables raises before any route entry or LPM entry
                 # changes: only the small tables need to be rebuilt
-                compile_tables(self.state, self._tables, defer_lpm=True)
+                with gc_paused():
+                    compile_tables(self.state, self._tables, defer_lpm=True)
                 raise
             self.state = state
             self._publish()

@@ -11,6 +11,7 @@ completely before it replaces the running one.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 
@@ -99,7 +100,8 @@ class Router:
             if not isinstance(state.routes, RouteTable):
                 state.routes = RouteTable(dict(state.routes))
             self.state = state
-            self._tables = compile_tables(state)
+            with gc_paused():
+                self._tables = compile_tables(state)
             self._load()
         return self
 
@@ -287,10 +289,21 @@ def apply_config(st, tables, text, defer_lpm: bool = False) -> None:
     a collection that walks the young ones and, every so often, the whole
     heap -- a fifth of a 100k-route load (5.6 s -> 4.5 s CPU); nothing
     here makes reference cycles that must go before it returns."""
+    with gc_paused():
+        _apply_config(st, tables, text, defer_lpm)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """The cyclic garbage collector off for a block that allocates per route
+    (a configure, a parse, a whole-state compile: nothing there makes
+    reference cycles).  With 100k routes on the heap a whole-state
+    compile_tables takes 1.5-1.8 s with it on and 0.66 s with it off (this
+    VM); apply_config measured 5.6 -> 4.5 s CPU for a 100k-route load."""
     was = gc.isenabled()
     gc.disable()
     try:
-        _apply_config(st, tables, text, defer_lpm)
+        yield
     finally:
         if was:
             gc.enable()
@@ -304,9 +317,7 @@ def parse_config(text, state: State | None = None) -> State:
     ``Dataplane._replace_state``; a reload of ``fastpath.run``).  Returns
     the State."""
     st = State() if state is None else state
-    was = gc.isenabled()
-    gc.disable()                   # (as apply_config: no cycles made here)
-    try:
+    with gc_paused():
         saved = st.begin()
         try:
             st.run(text)
@@ -315,9 +326,6 @@ def parse_config(text, state: State | None = None) -> State:
             st.rollback(saved)
             raise
         st.commit()
-    finally:
-        if was:
-            gc.enable()
     return st
 
 
