@@ -13,8 +13,9 @@ routing the same packets; it is removed on exit (normal, error, Ctrl-C,
 SIGTERM).  ``--backend af_xdp``: AF_XDP sockets instead, libxdp's default
 XDP program attached (detached on the same exits) and no table.
 ``--workers N``: N worker processes over PACKET_FANOUT (wire.workers).
-SIGHUP re-reads the configuration and applies it (a wrong one is refused
-with one line, the running one stays).  ``--stats SECONDS`` prints
+SIGHUP re-reads the configuration and applies it (compiled in a thread
+while the running one goes on forwarding; a wrong one is refused with one
+line, the running one stays).  ``--stats SECONDS`` prints
 a line per interval (per interface rx/tx packets/s, drops by reason, the
 neighbour count).  Exit status: 0, 2 for a person's error (one line on
 stderr: missing interface, not root, bad configuration, nft missing), 1 for
@@ -134,9 +135,11 @@ def main(argv=None) -> int:
                 live.step(50)
                 if fault:
                     raise RuntimeError("fault injected by FASTPATH_RUN_FAULT")
-                if stopping["reload"]:
-                    stopping["reload"] = False
+                if stopping["reload"] and not live.reloading():
+                    stopping["reload"] = False      # (SIGHUPs meanwhile: one more reload)
                     _reload(live, args.config)
+                if live.reloading():
+                    _reload_done(live, args.config)
                 if next_line is not None and time.monotonic() >= next_line:
                     now = _totals(live)
                     _interval_line(live, last, now, every)
@@ -197,18 +200,34 @@ def _in_netns(ns, argv):
 
 
 def _reload(live, path):
-    """SIGHUP: re-read the configuration and apply it (the running one
-    stays if the new one is wrong)."""
+    """SIGHUP: re-read the configuration and start compiling it beside the
+    running one (Live.reload_start: in a thread, while the loop goes on
+    forwarding and answering ARP/ND); _reload_done swaps it in."""
     from .wire.live import LiveError
     try:
         with open(path) as f:
             text = f.read()
-        live.reload(text)
+        live.reload_start(text)
     except (OSError, LiveError) as e:
-        print(f"fastpath.run: reload refused, running configuration kept: "
-              f"{getattr(e, 'strerror', None) or e}", file=sys.stderr, flush=True)
+        _refused(e)
+
+
+def _reload_done(live, path):
+    """A reload in flight: once compiled, swapped in (the running one stays
+    if the new one is wrong)."""
+    from .wire.live import LiveError
+    try:
+        if not live.reload_poll():
+            return
+    except LiveError as e:
+        _refused(e)
         return
     print(f"fastpath.run: configuration reloaded from {path}", file=sys.stderr, flush=True)
+
+
+def _refused(e):
+    print(f"fastpath.run: reload refused, running configuration kept: "
+          f"{getattr(e, 'strerror', None) or e}", file=sys.stderr, flush=True)
 
 
 def _totals(live):

@@ -318,6 +318,59 @@ def test_sighup_reloads_the_configuration(topo):
     assert table not in _tables()
 
 
+def reload_in_flight(topo, *args):
+    """A reload held in flight (FASTPATH_RELOAD_HOLD: its thread waits for a
+    file before it compiles): fastpath.run ARGS goes on with the running
+    configuration -- it answers h1's ARP, resolves h2 and forwards pings
+    (a route only the new file has does not work yet) -- and once the file
+    appears the new configuration is swapped in ("reloaded" line) with the
+    neighbours learned meanwhile (the datapath then has their MACs: no more
+    frames go through the neighbour subsystem's slow path)."""
+    conf = topo["dir"] / f"inflight{time.monotonic_ns()}.conf"
+    hold = topo["dir"] / f"hold{time.monotonic_ns()}"
+    conf.write_text(CONF)
+    _flush_hosts()
+    p, table = _start(dict(topo, conf=str(conf)), "--json", *args,
+                      env={"FASTPATH_RELOAD_HOLD": str(hold)})
+    err_lines = []
+    try:
+        conf.write_text(CONF + "ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        during = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+        new_route_during = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "1", "1", ns=H1,
+                               check=False)
+        hold.write_text("")
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            line = p.stderr.readline()
+            if not line:
+                break
+            err_lines.append(line)
+            if "configuration reloaded" in line:
+                break
+        after = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "10", "2", ns=H1, check=False)
+    finally:
+        hold.write_text("")
+        rc, out, err = _stop(p)
+    err = "".join(err_lines) + err
+    assert during.stdout.strip() == "ok 3/3", (during.stdout, err)
+    assert new_route_during.stdout.strip() == "ok 0/1"
+    assert after.stdout.strip() == "ok 10/10", (after.stdout, err)
+    assert rc == 0 and "Traceback" not in err and "refused" not in err, err
+    assert "configuration reloaded" in err
+    c = json.loads(out)["counters"]
+    assert c["reloads"] == 1
+    # at most the three pings' requests and replies took the slow path
+    # while the reload held the neighbours back; none after the swap
+    assert c["neighbour"]["sent_before_sync"] <= 6, c["neighbour"]
+    assert table not in _tables()
+
+
+def test_forwarding_and_resolving_while_a_reload_compiles(topo):
+    reload_in_flight(topo)
+
+
 def reload_under_traffic(topo, *args, reloads=6):
     """A UDP stream h1 -> h2 (8 flows, about 1000 datagrams/s for 3 s)
     while fastpath.run ARGS is sent SIGHUP ``reloads`` times, the file

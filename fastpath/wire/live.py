@@ -241,6 +241,8 @@ class Live:
         self.iterations = 0
         self.neigh_configures = 0
         self.reloads = 0
+        self._reloading = None          # (thread, job) of a reload in flight
+        self._reload_abort = False
         self.echo_replies = 0
         self._counters_before = {}      # the datapath counters of Routers replaced by reload
         self.neigh_configure_s = 0.0
@@ -382,7 +384,11 @@ class Live:
     def configure(self, text) -> "Live":
         """Apply lines to the running Router as a delta (Router.configure:
         all or nothing, ConfigError); the neighbour subsystem sees the new
-        addresses.  Attaching new interfaces needs a new Live."""
+        addresses.  Attaching new interfaces needs a new Live.  A reload in
+        flight is swapped in first (its LiveError is raised then)."""
+        if self._reloading is not None:
+            self._settle_reload()
+            self.reload_poll()
         self.router.configure(text)
         self._addresses_from(self.router.state)
         return self
@@ -414,12 +420,53 @@ class Live:
         return self._compile(st)
 
     def reload(self, config) -> None:
-        """A new configuration (SIGHUP): parsed into a State (the attached
-        interfaces keep their ifindexes: they are created first, in the same
-        order), the learned neighbours carried over, then compiled once
-        beside the running tables (``_recompile``) and swapped in.  On an error (LiveError) the running one
-        stays."""
+        """A new configuration, at once (the Python API; a worker's reload):
+        ``reload_start``, then wait for it and swap it in.  On an error
+        (LiveError) the running one stays."""
+        self.reload_start(config)
+        self._settle_reload()
+        self.reload_poll()
+
+    def reload_start(self, config) -> None:
+        """Begin a reload (SIGHUP) in a background thread: the new
+        configuration parsed into a State (the attached interfaces keep
+        their ifindexes: they are created first, in the same order), the
+        learned neighbours of now carried over, and compiled once beside
+        the running tables (``_recompile``) while this process goes on
+        forwarding with the running ones and answering ARP/ND (``step``).
+        The neighbour changes learned meanwhile are held and applied after
+        the swap.  ``reload_poll`` swaps it in once compiled.  A reload
+        already in flight: LiveError."""
+        if self._reloading is not None:
+            raise LiveError("a reload is already in progress")
+        import threading
         text = config if isinstance(config, str) else "".join(config)
+        learned = []
+        for key, e in self.neigh.entries.items():
+            if e.state in ("reachable", "stale", "delay", "probe") and e.mac is not None:
+                a = ipaddress.ip_address(e.addr)
+                learned.append((key, f"ip -{e.family} neigh replace {a} lladdr "
+                                     f"{':'.join(f'{x:02x}' for x in e.mac)} "
+                                     f"dev {self.links[e.ifindex].name}"))
+        job = {"text": text, "learned": learned, "done": None, "error": None}
+        th = threading.Thread(target=self._reload_work, args=(job,), name="fastpath-reload",
+                              daemon=True)
+        self._reloading = (th, job)
+        th.start()
+
+    def reloading(self) -> bool:
+        """A reload started and not yet swapped in (``reload_poll``)."""
+        return self._reloading is not None
+
+    def _reload_work(self, job):
+        # (the reload thread: it reads only what opening fixed -- the
+        # interface names, system info and ifindexes -- and the job)
+        try:
+            job["done"] = self._reload_prepare(job["text"], job["learned"])
+        except BaseException as e:      # (LiveError, or a bug: raised in reload_poll)
+            job["error"] = e
+
+    def _reload_prepare(self, text, learned):
         try:
             st = parse_config(_prelude(self.names, self.sysinfo))
             parse_config(text, st)
@@ -430,20 +477,47 @@ class Live:
             raise LiveError("reload: the attached interfaces' ifindexes would change")
         static = {(st.interfaces[d].ifindex, a.version, a.packed): m
                   for (d, a), m in st.neighbours.items() if d in st.interfaces}
-        lines = []
-        nb = self.neigh
-        for key, e in nb.entries.items():
-            if key not in static and e.state in ("reachable", "stale", "delay", "probe") \
-                    and e.mac is not None:
-                a = ipaddress.ip_address(e.addr)
-                lines.append(f"ip -{e.family} neigh replace {a} lladdr "
-                             f"{':'.join(f'{x:02x}' for x in e.mac)} dev {self.links[e.ifindex].name}")
+        lines = [line for key, line in learned if key not in static]
         if lines:
             try:
                 parse_config("\n".join(lines) + "\n", st)
             except ConfigError as e:             # (a learned entry the new devices refuse)
                 raise LiveError(f"reload: learned neighbours: {e}") from None
+        hold = os.environ.get("FASTPATH_RELOAD_HOLD")
+        if hold:
+            # a test hook: the reload stays in flight until this file exists
+            # (tests/test_wire.py forwards and resolves meanwhile), or close()
+            while not os.path.exists(hold):
+                if self._reload_abort:
+                    raise LiveError("reload abandoned: closing")
+                time.sleep(0.02)
         r = self._recompile(st)                 # LiveError: nothing changed yet
+        return st, static, r, text
+
+    def _settle_reload(self):
+        """Wait for a reload in flight to be compiled (its swap is left to
+        reload_poll)."""
+        if self._reloading is not None:
+            self._reloading[0].join()
+
+    def reload_poll(self) -> bool:
+        """False while no reload is in flight or it is still compiling; True
+        once a finished one is swapped in (the learned neighbour changes
+        held meanwhile then applied); LiveError when it was refused (the
+        running configuration stays)."""
+        if self._reloading is None or self._reloading[0].is_alive():
+            return False
+        _th, job = self._reloading
+        self._reloading = None
+        if job["error"] is not None:
+            raise job["error"]
+        self._reload_commit(*job["done"])
+        self._push_neighbours()
+        return True
+
+    def _reload_commit(self, st, static, r, text):
+        """The compiled reload swapped in (the main thread)."""
+        nb = self.neigh
         for key in [k for k in nb.entries if k in static]:
             del nb.entries[key]                 # static entries win
             nb.stale.discard(key)
@@ -459,7 +533,13 @@ class Live:
 
     def close(self):
         """Close the sockets (af_xdp: which detaches the XDP program) and
-        remove the nftables table (idempotent)."""
+        remove the nftables table (idempotent).  A reload in flight is
+        waited for first (it may be compiling into the shared tables) and
+        dropped."""
+        if getattr(self, "_reloading", None) is not None:
+            self._reload_abort = True
+            self._settle_reload()
+            self._reloading = None
         for s in self.sockets:
             s.close()
         if self.shared is not None and self.router is not None:
@@ -688,6 +768,11 @@ class Live:
                 self.neigh.used(ifindex, fam, addr)
 
     def _push_neighbours(self):
+        if self._reloading is not None:
+            # held until the reload is swapped in: applied to the running
+            # tables they would be lost with them (and the shared tables
+            # are locked while a reload compiles into them)
+            return
         ch = self.neigh.take_changes()
         if not ch:
             return

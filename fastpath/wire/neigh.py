@@ -240,6 +240,7 @@ class Neighbours:
         self.counters = {"arp_requests_rx": 0, "arp_replies_rx": 0, "arp_replies_tx": 0,
                          "arp_requests_tx": 0, "ns_rx": 0, "na_rx": 0, "na_tx": 0, "ns_tx": 0,
                          "nd_invalid": 0, "queued": 0, "sent_after_resolution": 0,
+                         "sent_before_sync": 0,
                          "neigh_failed": 0, "neigh_queuefull": 0, "proxy_arp_tx": 0,
                          "proxy_na_tx": 0, "proxy_delayed": 0, "proxy_qlen_drop": 0}
 
@@ -325,7 +326,9 @@ class Neighbours:
         now = self.clock()
         e.used = now
         if e.state in VALID:
-            # learned since the batch was processed: send them now
+            # learned since the batch was processed (or while a reload held
+            # the datapath's copy back): send them now
+            self.counters["sent_before_sync"] += len(frames)
             for f in frames:
                 self.send(ifindex, e.mac + f[6:])
             return

@@ -544,8 +544,8 @@ class Supervisor(Live):
                 from multiprocessing.connection import wait
                 wait([wk.conn for wk in pending.values()], 0.05)
 
-    def reload(self, config):
-        super().reload(config)          # (_recompile) LiveError: the running one stays
+    def _reload_commit(self, *done):
+        super()._reload_commit(*done)   # (after _recompile, which raised if refused)
         if self.dataplane is not None:
             small = _small_state(self.router.state)   # the tables are published already
             for wk in self._live_workers():
