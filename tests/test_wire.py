@@ -18,6 +18,7 @@ kernel built without CONFIG_IPV6_SEG6_LWTUNNEL; the rest still run.
 import json
 import os
 import pathlib
+import select
 import shutil
 import signal
 import subprocess
@@ -194,6 +195,23 @@ def _stop(p, sig=signal.SIGTERM):
     return p.returncode, out, err
 
 
+def _stderr_until(p, needle, timeout):
+    """What p writes to stderr until a line holding NEEDLE, or until TIMEOUT
+    seconds or EOF (raw reads under select, so that a process that never
+    prints it cannot hang the test; p.stderr's own buffer stays empty for
+    the communicate() that reads the rest)."""
+    fd, buf, end = p.stderr.fileno(), b"", time.monotonic() + timeout
+    while needle.encode() not in buf:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace")
+
+
 def _flush_hosts():
     _sh("ip", "-n", H1, "neigh", "flush", "dev", "h1e")
     _sh("ip", "-n", H2, "neigh", "flush", "dev", "h2e")
@@ -341,14 +359,7 @@ def reload_in_flight(topo, *args):
         new_route_during = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "1", "1", ns=H1,
                                check=False)
         hold.write_text("")
-        end = time.monotonic() + 20
-        while time.monotonic() < end:
-            line = p.stderr.readline()
-            if not line:
-                break
-            err_lines.append(line)
-            if "configuration reloaded" in line:
-                break
+        err_lines.append(_stderr_until(p, "configuration reloaded", 20))
         after = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "10", "2", ns=H1, check=False)
     finally:
         hold.write_text("")

@@ -336,3 +336,11 @@ def test_sweep_stale_segments(tmp_path):
         f.write_bytes(b"x")
     assert sweep_stale_segments(str(tmp_path)) == [dead.name]
     assert not dead.exists() and mine.exists() and other.exists()
+
+
+@pytest.mark.parametrize("tables", ["shared", "own"])
+def test_forwarding_and_resolving_while_a_reload_compiles_two_workers(topo, tables):
+    """test_wire's reload held in flight, with two workers: they forward
+    with the running tables and the control process answers and resolves
+    meanwhile; the new configuration reaches them once swapped in."""
+    tw.reload_in_flight(topo, "--workers", "2", "--worker-tables", tables)
