@@ -336,20 +336,27 @@ def test_sighup_reloads_the_configuration(topo):
     assert table not in _tables()
 
 
-def reload_in_flight(topo, *args):
+def reload_in_flight(topo, *args, held="control"):
     """A reload held in flight (FASTPATH_RELOAD_HOLD: its thread waits for a
     file before it compiles): fastpath.run ARGS goes on with the running
     configuration -- it answers h1's ARP, resolves h2 and forwards pings
     (a route only the new file has does not work yet) -- and once the file
     appears the new configuration is swapped in ("reloaded" line) with the
     neighbours learned meanwhile (the datapath then has their MACs: no more
-    frames go through the neighbour subsystem's slow path)."""
+    frames go through the neighbour subsystem's slow path).  held="workers":
+    the control process compiles at once and the workers' compiles (own
+    tables) are the ones held; the "reloaded" line waits for them."""
     conf = topo["dir"] / f"inflight{time.monotonic_ns()}.conf"
-    hold = topo["dir"] / f"hold{time.monotonic_ns()}"
+    base = topo["dir"] / f"hold{time.monotonic_ns()}"
+    def release():
+        base.write_text("")
+        pathlib.Path(f"{base}.worker").write_text("")
+    if held == "workers":
+        base.write_text("")
     conf.write_text(CONF)
     _flush_hosts()
     p, table = _start(dict(topo, conf=str(conf)), "--json", *args,
-                      env={"FASTPATH_RELOAD_HOLD": str(hold)})
+                      env={"FASTPATH_RELOAD_HOLD": str(base)})
     err_lines = []
     try:
         conf.write_text(CONF + "ip route add 10.4.0.0/24 via 10.2.0.2 dev r2\n")
@@ -358,13 +365,15 @@ def reload_in_flight(topo, *args):
         during = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
         new_route_during = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "1", "1", ns=H1,
                                check=False)
-        hold.write_text("")
-        err_lines.append(_stderr_until(p, "configuration reloaded", 20))
+        early = _stderr_until(p, "configuration reloaded", 0.3)
+        release()
+        err_lines.append(early + _stderr_until(p, "configuration reloaded", 20))
         after = _sh(sys.executable, TOOL, "ping", "10.4.0.2", "10", "2", ns=H1, check=False)
     finally:
-        hold.write_text("")
+        release()
         rc, out, err = _stop(p)
     err = "".join(err_lines) + err
+    assert "configuration reloaded" not in early, early
     assert during.stdout.strip() == "ok 3/3", (during.stdout, err)
     assert new_route_during.stdout.strip() == "ok 0/1"
     assert after.stdout.strip() == "ok 10/10", (after.stdout, err)

@@ -344,3 +344,11 @@ def test_forwarding_and_resolving_while_a_reload_compiles_two_workers(topo, tabl
     with the running tables and the control process answers and resolves
     meanwhile; the new configuration reaches them once swapped in."""
     tw.reload_in_flight(topo, "--workers", "2", "--worker-tables", tables)
+
+
+def test_forwarding_while_the_workers_compile_a_reload(topo):
+    """Own tables: the control process has compiled the reload and the
+    workers' compiles are held -- they go on forwarding with their running
+    Routers meanwhile, and the "reloaded" line waits until both swapped
+    the new configuration in."""
+    tw.reload_in_flight(topo, "--workers", "2", "--worker-tables", "own", held="workers")

@@ -486,7 +486,10 @@ class Live:
         hold = os.environ.get("FASTPATH_RELOAD_HOLD")
         if hold:
             # a test hook: the reload stays in flight until this file exists
-            # (tests/test_wire.py forwards and resolves meanwhile), or close()
+            # (a worker's: the file named with ".worker" added; tests/test_wire.py
+            # forwards and resolves meanwhile), or close()
+            if self.role == "worker":
+                hold += ".worker"
             while not os.path.exists(hold):
                 if self._reload_abort:
                     raise LiveError("reload abandoned: closing")

@@ -192,6 +192,12 @@ def worker_main(fd: int) -> int:
         live.neigh = nb
         live.extra_fds = [conn.fileno()]
         _send(conn, ("ready", os.getpid()))
+        # own tables: a reload compiles in Live's reload thread while this
+        # loop goes on forwarding with the running Router; the neighbour
+        # lines arriving meanwhile (the control process sends the full set
+        # right after a reload) wait for the swap, and a reload arriving
+        # while one compiles waits for it (the newest only)
+        held_neigh, next_reload = [], None
         while not stop["now"]:
             try:
                 live.step(50)
@@ -199,6 +205,20 @@ def worker_main(fd: int) -> int:
                 # an interface went away: the control process stops (no restart)
                 _send(conn, ("fatal", str(e)))
                 return 1
+            if live.reloading():
+                try:
+                    done = live.reload_poll()
+                except LiveError as e:
+                    done = str(e)
+                if done:
+                    live.neigh = nb
+                    _send(conn, ("reloaded", None if done is True else done))
+                    for lines in held_neigh:
+                        _apply_neigh(live, lines)
+                    held_neigh = []
+                    if next_reload is not None:
+                        live.reload_start(next_reload)
+                        next_reload = None
             while conn.poll(0):
                 try:
                     msg = conn.recv()
@@ -206,21 +226,21 @@ def worker_main(fd: int) -> int:
                     return 0                              # the control process is gone
                 cmd = msg[0]
                 if cmd == "neigh":
-                    if shared is None:
+                    if shared is None and live.reloading():
+                        held_neigh.append(msg[1])
+                    elif shared is None:
                         _apply_neigh(live, msg[1])
                     nb.stale_set = set(msg[2])
                 elif cmd == "stale":
                     nb.stale_set = set(msg[1])
                 elif cmd == "reload":
-                    try:
-                        if shared is not None:
-                            _reload_shared(live, msg[1])
-                        else:
-                            live.reload(msg[1])
-                        live.neigh = nb
+                    if shared is not None:
+                        _reload_shared(live, msg[1])
                         _send(conn, ("reloaded", None))
-                    except LiveError as e:
-                        _send(conn, ("reloaded", str(e)))
+                    elif live.reloading():
+                        next_reload = msg[1]
+                    else:
+                        live.reload_start(msg[1])
                 elif cmd == "counters":
                     _send(conn, ("counters", msg[1], live.counters()))
                 elif cmd == "stop":
@@ -313,6 +333,11 @@ class Supervisor(Live):
         self._next_poll = 0.0
         self.shared_tables = bool(shared_tables)
         self.dataplane = None
+        # own tables: the workers a reload was sent to that have not yet
+        # answered "reloaded" (each compiles it in its own reload thread);
+        # the reload is done, for reload_poll and fastpath.run's line, once
+        # none is left
+        self._acks = None
 
     # -- workers -----------------------------------------------------------
     def _compile(self, st):
@@ -521,6 +546,8 @@ class Supervisor(Live):
                 if msg[1] == want:
                     got = msg[2]
             elif cmd == "reloaded":
+                if self._acks is not None:
+                    self._acks.discard(wk)
                 if msg[1]:
                     print(f"fastpath.run: worker {wk.index} refused the reload: {msg[1]}",
                           file=sys.stderr, flush=True)
@@ -555,6 +582,37 @@ class Supervisor(Live):
         for wk in self._live_workers():
             _send(wk.conn, ("reload", self.config))
         self._broadcast_neigh(full=True)
+        self._acks = set(self._live_workers())
+
+    def reloading(self) -> bool:
+        return super().reloading() or self._acks is not None
+
+    def reload_poll(self) -> bool:
+        """Live's, and with own tables done only once every worker has
+        swapped the new configuration in (a worker replaced meanwhile
+        starts from it)."""
+        if super().reloading():
+            if not super().reload_poll():
+                return False
+            if self._acks is None:
+                return True                 # (shared tables: published already)
+        elif self._acks is None:
+            return False
+        self._acks &= set(self._live_workers())
+        if self._acks:
+            return False
+        self._acks = None
+        return True
+
+    def reload(self, config) -> None:
+        """Live's, waiting (own tables) for the workers to swap it in (at
+        most 60 s: then reload_poll says when)."""
+        super().reload(config)
+        end = time.monotonic() + 60
+        while self._acks is not None and time.monotonic() < end:
+            self.step(20)
+            if self.reload_poll():
+                break
 
     def configure(self, text):
         """Lines applied as a delta (all or nothing, ConfigError): with the
