@@ -706,13 +706,46 @@ def _srv6_frames(h1mac, rmac):
     return [(name, bytes(eth / pkt)) for name, pkt in frames]
 
 
-def srv6_frames_as_the_kernel(topo, *args):
-    """``_srv6_frames`` from h1 through r's kernel as the router, then
-    through ``fastpath.run ARGS``: h2 must receive the same bytes, frame by
-    frame (each pass sent twice: the first resolves h2, and a router queues
-    the first frames behind ARP/NS)."""
-    frames = _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1"))
+def _tcp_frames(h1mac, rmac):
+    """TCP segments from h1 towards h2 (scapy-built): name, frame.  A
+    handshake's SYN with every common option, data, FIN and RST, of both
+    families; IPv4 with DF and without (an IP ID) and a low TTL; IPv6 with
+    a hop-by-hop header before the TCP header.  (IPv4 options are left out:
+    fastpath drops them, not_supported, where the kernel fills in a Record
+    Route -- README, "Known differences from Linux".)"""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
+    from scapy.layers.l2 import Ether
 
+    def colons(m):
+        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
+    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    opts = [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (123456789, 0)), ("NOP", None),
+            ("WScale", 7)]
+    syn = TCP(sport=40001, dport=7000, flags="S", seq=1000, window=64240, options=opts)
+    data = TCP(sport=40001, dport=7000, flags="PA", seq=1001, ack=5001, window=502,
+               options=[("NOP", None), ("NOP", None), ("Timestamp", (123456790, 99))])
+    v4 = dict(src="10.1.0.2", dst="10.2.0.2")
+    v6 = dict(src="2001:db8:1::2", dst="2001:db8:2::2")
+    frames = [
+        ("IPv4 SYN", IP(**v4, ttl=64, tos=0x10, flags="DF", id=0) / syn),
+        ("IPv4 data", IP(**v4, ttl=64, id=0x1234) / data / (b"fastpath-tcp" * 40)),
+        ("IPv4 FIN", IP(**v4, ttl=64, flags="DF", id=7) / TCP(sport=40001, dport=7000,
+                                                            flags="FA", seq=1481, ack=5001)),
+        ("IPv4 RST, TTL 2", IP(**v4, ttl=2) / TCP(sport=40002, dport=7000, flags="R", seq=9)),
+        ("IPv6 SYN", IPv6(**v6, hlim=64, tc=0x10, fl=0x12345) / syn),
+        ("IPv6 data", IPv6(**v6, hlim=64, fl=0x12345) / data / (b"fastpath-tcp" * 40)),
+        ("IPv6 RST, hop limit 2", IPv6(**v6, hlim=2) / TCP(sport=40002, dport=7000, flags="R")),
+        ("IPv6 hop-by-hop then TCP", IPv6(**v6, hlim=64) / IPv6ExtHdrHopByHop() / data / b"hbh"),
+    ]
+    return [(name, bytes(eth / pkt)) for name, pkt in frames]
+
+
+def frames_as_the_kernel(topo, frames, *args):
+    """``frames`` (name, frame) from h1 through r's kernel as the router,
+    then through ``fastpath.run ARGS``: h2 must receive the same bytes,
+    frame by frame (each pass sent twice: the first resolves h2, and a
+    router queues the first frames behind ARP/NS)."""
     def through():
         return _through([f for _n, f in frames])
     _flush_hosts()
@@ -729,6 +762,17 @@ def srv6_frames_as_the_kernel(topo, *args):
     for (name, _f), k, o in zip(frames, kernel, ours):
         assert o == k, f"{name}: fastpath {o} kernel {k}"
     assert len(ours) == len(kernel)
+
+
+def srv6_frames_as_the_kernel(topo, *args):
+    frames_as_the_kernel(topo, _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1")), *args)
+
+
+def test_tcp_frames_as_the_kernel(topo):
+    """TCP segments of both families (TCP options, flags, a hop-by-hop
+    header, low TTLs): h2 receives from fastpath the bytes r's
+    kernel forwards."""
+    frames_as_the_kernel(topo, _tcp_frames(_mac(H1, "h1e"), _mac(R, "r1")))
 
 
 @needs_kernel_seg6

@@ -233,6 +233,13 @@ def test_srv6_frames_as_the_kernel_two_workers(topo):
     tw.srv6_frames_as_the_kernel(topo, "--workers", "2")
 
 
+def test_tcp_frames_as_the_kernel_two_workers(topo):
+    """test_wire's TCP segments through two workers: the bytes r's kernel
+    forwards."""
+    tw.frames_as_the_kernel(topo, tw._tcp_frames(tw._mac(H1, "h1e"), tw._mac(R, "r1")),
+                            "--workers", "2")
+
+
 def test_workers_with_af_xdp_refused(topo):
     r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--workers", "2",
             "--backend", "af_xdp", ns=R, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),

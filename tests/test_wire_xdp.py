@@ -149,6 +149,14 @@ def test_srv6_frames_as_the_kernel_af_xdp(topo):
 
 
 @wire
+def test_tcp_frames_as_the_kernel_af_xdp(topo):
+    """test_wire's TCP segments through AF_XDP: the bytes r's kernel
+    forwards."""
+    tw.frames_as_the_kernel(topo, tw._tcp_frames(tw._mac(tw.H1, "h1e"), tw._mac(tw.R, "r1")),
+                            "--backend", "af_xdp")
+
+
+@wire
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
 def test_xdp_detached_on_every_exit(topo, how):
     env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None

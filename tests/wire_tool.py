@@ -115,7 +115,8 @@ if __name__ == "__main__":
             time.sleep(0.02)
         sys.exit(0)
     if cmd == "capture":
-        # IPv4 UDP, IPv6 UDP and IPv6 with a routing header arriving on DEV
+        # IPv4 UDP and TCP, IPv6 UDP and TCP and IPv6 with a routing header or a
+        # hop-by-hop one before TCP or UDP, arriving on DEV
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
         s.bind((sys.argv[2], 0))
         print("ready", flush=True)
@@ -128,7 +129,8 @@ if __name__ == "__main__":
             if addr[2] == socket.PACKET_OUTGOING:
                 continue
             et = struct.unpack_from("!H", data, 12)[0]
-            if (et == 0x0800 and data[23] == 17) or (et == 0x86DD and data[20] in (17, 43)):
+            if ((et == 0x0800 and data[23] in (6, 17)) or (et == 0x86DD and data[20] in (6, 17, 43))
+                    or (et == 0x86DD and data[20] == 0 and data[54] in (6, 17))):   # (not MLD)
                 got.append(data.hex())
         print("\n".join(got))
         sys.exit(0)
