@@ -993,6 +993,23 @@ def test_parsed_prefixes_are_ipaddress_networks(addr, plen, other):
     assert {ref: 1}[net] == 1 and {net: 2}[ref] == 2
     assert str(net) == str(ref) and repr(net) == repr(ref)
     assert pickle.loads(pickle.dumps(net)) == ref
+    # (made of its fields, not by ipaddress's __init__: every derived value
+    # as the reference's, and ipaddress's own constructor gives the same)
+    import itertools
+    from fastpath.config.lexer import _net_by_fields, _net_of
+    for n in (net, _net_by_fields(type(net), int(ref.network_address), plen),
+              type(net)((int(ref.network_address), plen))):
+        assert (n.network_address, n.netmask, n.prefixlen, n.hostmask, n.broadcast_address,
+                n.num_addresses, n.with_prefixlen, n.with_netmask, n.exploded, n.compressed,
+                n.is_private, n.is_global, n.is_multicast, n.is_loopback) == (
+            ref.network_address, ref.netmask, ref.prefixlen, ref.hostmask, ref.broadcast_address,
+            ref.num_addresses, ref.with_prefixlen, ref.with_netmask, ref.exploded, ref.compressed,
+            ref.is_private, ref.is_global, ref.is_multicast, ref.is_loopback)
+        assert list(itertools.islice(n.hosts(), 5)) == list(itertools.islice(ref.hosts(), 5))
+        assert addr in n and n.subnet_of(ref) and ref.supernet() == n.supernet() if plen else True
+        assert repr(n.network_address) == repr(ref.network_address)
+        assert hash(n.network_address) == hash(ref.network_address)
+    assert _net_of is _net_by_fields        # (this Python's ipaddress: the fast path)
     o = ipaddress.ip_network(f"{other}/{other.max_prefixlen}")
     _b, _m, onet = _parse_prefix(f"{other}/{other.max_prefixlen}", None)
     assert (net == onet) == (ref == o) and (net != onet) == (ref != o)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import itertools
 import re
 import shlex
 import socket
@@ -225,6 +226,16 @@ class _HashedOnce:
     def __repr__(self):
         return f"{type(self).__mro__[2].__name__}('{self}')"
 
+    def hosts(self):
+        # (ipaddress's __init__ sets a per-instance ``hosts`` on a /31 and a
+        # /32 (/127, /128): a closure, a cell and a tuple per host route for
+        # the garbage collector to walk; the same answers as a method)
+        if self._prefixlen == self._max_prefixlen:
+            return [self.network_address]
+        if self._prefixlen == self._max_prefixlen - 1:
+            return self.__iter__()
+        return super().hosts()
+
 
 class _Net4(_HashedOnce, ipaddress.IPv4Network):
     pass
@@ -232,6 +243,43 @@ class _Net4(_HashedOnce, ipaddress.IPv4Network):
 
 class _Net6(_HashedOnce, ipaddress.IPv6Network):
     pass
+
+
+def _net_by_fields(cls, v, n):
+    """A masked network made of its fields (``v`` the masked integer, ``n``
+    the prefix length, both checked by the caller): what ipaddress's
+    __init__ sets from ``(v, n)``, without its parsing -- 0.9 us a prefix --
+    or its per-instance ``hosts``.  ``_net_of`` is this or, where the
+    running Python's ipaddress keeps other fields (checked once, at import,
+    against __init__), the class itself."""
+    net = object.__new__(cls)
+    a = object.__new__(cls._address_class)
+    a._ip = v
+    if cls is _Net6:
+        a._scope_id = None
+    net.network_address = a
+    net.netmask, net._prefixlen = cls._make_netmask(n)
+    return net
+
+
+def _fields_agree() -> bool:
+    try:
+        for cls, v, n in ((_Net4, 0x0A000000, 8), (_Net4, 0x0A000001, 32), (_Net6, 0x2001 << 112, 48),
+                          (_Net6, 1, 128), (_Net4, 0x0A000002, 31)):
+            ref, got = cls((v, n)), _net_by_fields(cls, v, n)
+            if (set(vars(ref)) - {"hosts"} != set(vars(got))
+                    or any(vars(ref)[k] != vars(got)[k] for k in vars(got))
+                    or type(ref.network_address).__slots__ != type(got.network_address).__slots__
+                    or repr(ref.network_address) != repr(got.network_address)
+                    or ref != got or str(ref) != str(got)
+                    or list(itertools.islice(ref.hosts(), 3)) != list(itertools.islice(got.hosts(), 3))):
+                return False
+        return True
+    except Exception:
+        return False
+
+
+_net_of = _net_by_fields if _fields_agree() else (lambda cls, v, n: cls((v, n)))
 
 
 def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
@@ -256,7 +304,7 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
     # IPv6 address and format the error -- a third of a route line's parse;
     # and the masked integer: an address object with strict=False costs 7x)
     v = int(a) & (((1 << maxlen) - 1) ^ ((1 << (maxlen - n)) - 1))
-    return a, n, (_Net4 if a.version == 4 else _Net6)((v, n))
+    return a, n, _net_of(_Net4 if a.version == 4 else _Net6, v, n)
 
 
 def _parse_mac(tok: str) -> bytes:
