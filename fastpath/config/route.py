@@ -582,8 +582,16 @@ class _RouteCommands:
             metric = 1024 if rfam == 6 else 0
         key = (rfam, RT_TABLE_MAIN, net, metric)
         routes = self.routes
-        if args[0] == "add" and key in routes:
-            return False
+        old = routes.get(key)
+        if old is not None:
+            if args[0] == "add":
+                return False
+            # (the installed route's prefix object from here on: every
+            # later lookup of this change -- the table's indexes, the
+            # delta, the compiled entries -- then matches it by identity,
+            # not by a Python-level __eq__, a dozen per change)
+            net = old.prefix
+            key = (rfam, RT_TABLE_MAIN, net, metric)
         routes[key] = Route(rfam, net, RT_TABLE_MAIN, "unicast", metric, nhs, None,
                             proto or "boot", "global" if rfam == 4 else None,
                             None, None, None, None)
