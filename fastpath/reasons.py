@@ -49,6 +49,8 @@ REASONS = (
     ("seg6_loop", "", "more than 64 seg6local behaviours in a row for one packet (fastpath's bound)"),
     ("seg6_disabled", "SKB_DROP_REASON_NOT_SPECIFIED", "SRH for this node but seg6_enabled is off (all or the interface)"),
     ("no_vrf", "SKB_DROP_REASON_NOT_SPECIFIED", "End.DT4/DT6/DT46 vrftable: no VRF device bound to the table (end_dt_get_vrf_rcu)"),
+    ("source_route", "SKB_DROP_REASON_NOT_SPECIFIED",
+     "IPv4 source route option (LSRR/SSRR) while accept_source_route is off (the kernel's default)"),
 )
 
 REASON_NAMES = tuple(r[0] for r in REASONS)

@@ -483,23 +483,48 @@ def _ip_checksum(hdr: bytes) -> int:
     return ~s & 0xFFFF
 
 
+def ip_options_fragment(hdr: bytearray) -> None:
+    """ip_options_fragment(): the options not copied into fragments (the
+    copied flag, 0x80, clear: RR, timestamps) overwritten with NOPs."""
+    k, end = 20, (hdr[0] & 0x0F) * 4
+    while k < end:
+        if hdr[k] == 0:              # IPOPT_END
+            return
+        if hdr[k] == 1:              # IPOPT_NOOP
+            k += 1
+            continue
+        if k + 1 >= end or hdr[k + 1] < 2 or hdr[k + 1] > end - k:
+            return
+        n = hdr[k + 1]
+        if not hdr[k] & 0x80:
+            hdr[k:k + n] = b"\x01" * n
+        k += n
+
+
 def ip_fragment(pkt: bytes, mtu: int) -> list:
-    """ip_do_fragment() (slow path) on an IPv4 packet without options: data
-    cut in multiples of 8 bytes, fragments in order, MF on all but the last
-    (and on the last too when the packet was itself a non-final fragment)."""
+    """ip_do_fragment() (slow path) on an IPv4 packet: data cut in multiples
+    of 8 bytes, fragments in order, MF on all but the last (and on the last
+    too when the packet was itself a non-final fragment).  Options: all in
+    the first fragment; in the others (of a packet that was not itself a
+    later fragment) those without the copied flag become NOPs, the header
+    length unchanged."""
     hlen = (pkt[0] & 0x0F) * 4
     space = mtu - hlen
     frag_off = int.from_bytes(pkt[6:8], "big")
     offset = (frag_off & 0x1FFF) << 3
     not_last = frag_off & 0x2000
     left, ptr = len(pkt) - hlen, hlen
+    base, first_offset = pkt[:hlen], offset
     out = []
     while left > 0:
         n = min(left, space)
         if n < left:
             n &= ~7
         left -= n
-        hdr = bytearray(pkt[:hlen])
+        hdr = bytearray(base)
+        if offset == first_offset == 0 and hlen > 20:
+            base = bytearray(base)
+            ip_options_fragment(base)            # for the fragments after this one
         fo = offset >> 3
         if left > 0 or not_last:
             fo |= 0x2000

@@ -60,7 +60,8 @@ cdef enum:
     R_SEG6_LOOP = 33
     R_SEG6_DISABLED = 34
     R_NO_VRF = 35
-    R_COUNT = 36
+    R_SOURCE_ROUTE = 36
+    R_COUNT = 37
 
 # --- route types (uapi RTN_*) ----------------------------------------------
 cdef enum:

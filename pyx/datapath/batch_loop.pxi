@@ -9,6 +9,7 @@ cdef void process_one(ctx_t* c, pkt_t* p, bint fast) noexcept nogil:
     holds (the skb leaving: transmitted or freed)."""
     p.held = -1
     p.chk_dst = 0xFFFFFFFFu
+    p.opt4.optlen = 0
     cdef int taken = fast_path(c, p) if fast else 0
     if taken == 0:
         process_path(c, p)
@@ -33,6 +34,7 @@ cdef inline void pkt_reset(pkt_t* p) noexcept nogil:
     p.chk_dst = 0xFFFFFFFFu
     p.nencap = 0
     p.strict_oif = 0
+    p.opt4.optlen = 0
     memset(p.nexthop, 0, 16)
 
 

@@ -165,6 +165,21 @@ cdef struct pre_t:                # a packet's route lookups, done ahead (preloo
     const uint8_t* saddr
 
 
+cdef struct ip4opt_t:
+    # IPCB(skb)->opt: the IPv4 options compiled at receive (ip4_options.pxi);
+    # offsets from the IP header, 0 = absent; optlen 0 = not compiled
+    uint8_t optlen
+    uint8_t srr
+    uint8_t rr
+    uint8_t ts
+    uint8_t router_alert
+    uint8_t is_strictroute
+    uint8_t rr_needaddr
+    uint8_t ts_needaddr
+    uint8_t ts_needtime
+    uint8_t is_changed
+
+
 cdef struct pkt_t:
     uint8_t* row                  # the packet's slot
     int32_t start                 # first byte of the frame (L2 or L3)
@@ -192,6 +207,7 @@ cdef struct pkt_t:
     uint32_t chk_dst              # route of the last lookup and its generation (check_gen)
     uint32_t chk_gen
     const pre_t* pre              # this packet's lookups done ahead, or NULL
+    ip4opt_t opt4                 # its IPv4 options as compiled at receive
     uint32_t strict_oif           # its route was looked up with RT6_LOOKUP_F_IFACE on this
                                   # device (0: not): a multipath choice stays on it
 

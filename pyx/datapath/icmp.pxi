@@ -306,6 +306,13 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if icmp4_limited(c, type, code) and not icmp_global_allow(c, pkt_ts(c, p)):
         set_drop(p, R_ICMP_SUPPRESSED)
         return False
+    # __ip_options_echo(): the reply carries the packet's compiled options
+    cdef uint8_t eopt[40]
+    cdef ip4opt_t dopt
+    cdef int32_t eoptlen = ip4_options_echo(c, p, eopt, &dopt)
+    if eoptlen < 0:
+        set_drop(p, R_NOT_SUPPORTED if eoptlen == -2 else reason)   # -2: a source route
+        return False
     rt = fib4_lookup(c, osrc, odst if was_local else 0, l3mdev_out(c, p.iif))
     d = &c.dsts[rt]
     if d.type != RTN_UNICAST and d.type != RTN_LOCAL:
@@ -343,17 +350,18 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         icmp_global_consume(c)
     mtu = d.mtu if d.mtu else dev.mtu
     room = mtu if mtu < 576 else 576
-    room -= IP4_HLEN + ICMP_HLEN
+    cdef int32_t hlen = IP4_HLEN + eoptlen
+    room -= hlen + ICMP_HLEN
     plen = p.l3len if <uint32_t>p.l3len < room else room
     ttl = d.hoplimit if d.hoplimit else c.ip_default_ttl
-    if not make_headroom(c, p, IP4_HLEN + ICMP_HLEN + L2_RESERVE):
+    if not make_headroom(c, p, hlen + ICMP_HLEN + L2_RESERVE):
         set_drop(p, R_NO_HEADROOM)
         return False
     cdef uint8_t otos = ip4[1]
-    p.l3 -= IP4_HLEN + ICMP_HLEN
-    p.l3len = plen + IP4_HLEN + ICMP_HLEN
+    p.l3 -= hlen + ICMP_HLEN
+    p.l3len = plen + hlen + ICMP_HLEN
     h = p.row + p.l3
-    h[0] = 0x45
+    h[0] = 0x40 | (hlen >> 2)
     h[1] = (otos & 0x1E) | 0xC0          # IPTOS_PREC_INTERNETCONTROL
     wr16(h + 2, <uint16_t>p.l3len)
     wr16(h + 4, 0)                       # IP ID: the kernel's is random
@@ -363,12 +371,17 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     wr16(h + 10, 0)
     memcpy(h + 12, saddr, 4)
     wr32(h + 16, osrc)
-    wr16(h + 10, csum_fold(csum_add(0, h, IP4_HLEN)))
+    if eoptlen:
+        memcpy(h + IP4_HLEN, eopt, eoptlen)
+        ip4_options_build(c, p, h, &dopt)
+    wr16(h + 10, csum_fold(csum_add(0, h, hlen)))
+    h += hlen - IP4_HLEN                 # the ICMP header follows the options
     h[20] = type
     h[21] = code
     wr16(h + 22, 0)
     wr32(h + 24, info)
     wr16(h + 22, csum_fold(csum_add(0, h + 20, plen + ICMP_HLEN)))
+    h -= hlen - IP4_HLEN
     tr(c, T_ICMP, type, code, h + 16)
     p.verdict = V_ICMP
     p.dst = rt

@@ -37,6 +37,8 @@ cdef int ip_forward(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         # cut by Router.process (slow path, as in the kernel)
         frag = True
     ip_decrease_ttl(ip4)
+    if p.opt4.optlen:
+        ip4_forward_options(c, p, d)     # ip_forward_finish()
     p.verdict = V_FORWARD
     p.reason = R_FRAGMENTED if frag else R_NONE
     p.oif = nh.oif
@@ -77,10 +79,7 @@ cdef void ip4_input(ctx_t* c, pkt_t* p) noexcept nogil:
         set_drop(p, R_IP_HDR_INVALID)
         return
     p.l3len = tot                        # pskb_trim_rcsum
-    if ihl > IP4_HLEN:
-        set_drop(p, R_NOT_SUPPORTED)     # IP options: not modelled yet
-        return
-    ip4_route_input(c, p, rd32(ip4 + 16), -1, False)
+    ip4_route_input(c, p, rd32(ip4 + 16), -1, False, ihl > IP4_HLEN)
 
 
 cdef bint ip4_validate_source(const ctx_t* c, pkt_t* p, const fp_dst* d, uint32_t saddr,
@@ -119,14 +118,18 @@ cdef inline uint16_t ip4_route_martian(uint32_t saddr, uint32_t daddr) noexcept 
     return 0
 
 
-cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint ref) noexcept nogil:
+cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint ref,
+                         bint opts) noexcept nogil:
     """ip_route_input(skb, daddr, saddr, ...) then dst_input(): martian
     checks, the lookup (through the rules, or in one table when ``slot`` >= 0:
     End.DT4's table), then forward, deliver or ip_error().  Returns 0, or -1
     where the kernel's return code is an error.  ``ref``: the refcounted
     ip_route_input() of End.DX4/End.DT4 (before seeds/000): in refcount mode
     skb_dst_force() takes a reference on the input route, which every worker
-    shares; receive itself is ip_route_input_noref()."""
+    shares; receive itself is ip_route_input_noref().  ``opts``: the packet
+    came through ip_rcv with IPv4 options: ip_rcv_options() runs once the
+    route is known, before its input (a decapsulated packet's are not
+    compiled: IPCB(skb)->opt stays empty, its options untouched)."""
     cdef uint8_t* ip4 = p.row + p.l3
     cdef uint32_t saddr = rd32(ip4 + 12)
     cdef uint32_t rt, v
@@ -139,6 +142,8 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         # (ip_route_input_mc: every IPv4 device has joined 224.0.0.1, the
         # all-hosts group; other groups are not joined and mc_forwarding is
         # off: dropped)
+        if opts and ip4_rcv_options(c, p, False, True) < 0:
+            return 0
         p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0
@@ -162,6 +167,8 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         set_drop(p, R_ROUTE_DEAD)
         return -1
     if d.type == RTN_BROADCAST or d.type == RTN_LOCAL:
+        if opts and ip4_rcv_options(c, p, d.type == RTN_LOCAL, d.type == RTN_BROADCAST) < 0:
+            return 0
         p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0
@@ -176,6 +183,8 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         if not ip4_validate_source(c, p, d, saddr, daddr):
             set_drop(p, R_SADDR_INVALID)
             return -1
+        if opts and ip4_rcv_options(c, p, False, False) < 0:
+            return 0
         if idev == NULL or not (idev.flags & DEVF_FWD4):
             # not forwarding: EHOSTUNREACH, and ip_error sends nothing
             set_drop(p, R_FORWARDING_DISABLED)
@@ -185,6 +194,8 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
             # the TTL is not checked nor decremented)
             return seg6_headend(c, p, rt)
         return ip_forward(c, p, d)
+    if opts and ip4_rcv_options(c, p, False, False) < 0:
+        return 0
     if idev == NULL or not (idev.flags & DEVF_FWD4):
         set_drop(p, R_FORWARDING_DISABLED if d.type != RTN_BLACKHOLE else R_BLACKHOLE)
         return 0

@@ -248,7 +248,7 @@ cdef int end_usd(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
         if not inner_ip4_ok(p):
             return -1
         p.family = 4
-        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True)
+        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True, False)
     set_drop(p, R_INNER_MISSING)
     return -1
 
@@ -319,7 +319,7 @@ cdef int end_dx4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
         return -1
     p.family = 4
     nh4 = rd32(s.nh4)
-    return ip4_route_input(c, p, nh4 if nh4 else rd32(p.row + p.l3 + 16), -1, True)
+    return ip4_route_input(c, p, nh4 if nh4 else rd32(p.row + p.l3 + 16), -1, True, False)
 
 
 cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
@@ -340,11 +340,11 @@ cdef int end_dt4(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
             return -1
         p.iif = <uint32_t>vrf
         tr(c, T_VRF, <uint32_t>vrf, 0, NULL)
-        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True)
+        return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), -1, True, False)
     if s.slot4 < 0:
         set_drop(p, R_NO_ROUTE)
         return -1
-    return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), s.slot4, True)
+    return ip4_route_input(c, p, rd32(p.row + p.l3 + 16), s.slot4, True, False)
 
 
 cdef int end_dt46(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
