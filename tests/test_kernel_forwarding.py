@@ -13,9 +13,9 @@ from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 from fastpath import Router
 
 try:
-    from .kernel_compare import check, mask_kernel_chosen
+    from .kernel_compare import check, configured_pair, mask_kernel_chosen
 except ImportError:  # pragma: no cover
-    from kernel_compare import check, mask_kernel_chosen
+    from kernel_compare import check, configured_pair, mask_kernel_chosen
 
 CFG = """
 ip -6 addr add 2001:db8:1::1/64 dev tun0
@@ -63,10 +63,7 @@ def _unique_source(pkt: bytes) -> bytes:
 
 @pytest.fixture
 def pair(kernel_oracle):
-    kernel_oracle.configure(CFG)
-    r = Router()
-    r.configure(CFG)
-    return kernel_oracle, r
+    return configured_pair(kernel_oracle, CFG)
 
 
 def u6(dst, src="2001:db8:1::2", hlim=64, n=8, **kw):

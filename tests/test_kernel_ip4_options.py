@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 
 from fastpath import Batch, Router
+from fastpath.router import _ip_checksum
 
 try:
-    from .kernel_compare import check
+    from .kernel_compare import check, configured_pair
 except ImportError:  # pragma: no cover
-    from kernel_compare import check
+    from kernel_compare import check, configured_pair
 
 CFG = """
 ip addr add 10.0.1.1/24 dev tun0
@@ -86,10 +87,7 @@ def mask_timestamps(pkt: bytes) -> bytes:
 
 @pytest.fixture
 def pair(kernel_oracle):
-    kernel_oracle.configure(CFG)
-    r = Router()
-    r.configure(CFG)
-    return kernel_oracle, r
+    return configured_pair(kernel_oracle, CFG)
 
 
 def with_opts(dst, opts: bytes, ttl=64, n=8, flags="DF", src=None):
@@ -102,10 +100,7 @@ def with_opts(dst, opts: bytes, ttl=64, n=8, flags="DF", src=None):
     body = raw[20:]
     hdr[2:4] = (len(hdr) + len(body)).to_bytes(2, "big")
     hdr[10:12] = b"\0\0"
-    s = sum(int.from_bytes(hdr[k:k + 2], "big") for k in range(0, len(hdr), 2))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    hdr[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+    hdr[10:12] = _ip_checksum(bytes(hdr)).to_bytes(2, "big")
     return bytes(hdr + body)
 
 
