@@ -68,7 +68,14 @@ def test_pdr_smallest_trial(tmp_path):
     doc = json.loads(so)
     assert doc == json.loads(out.read_text())
     assert doc["generator"] == "trafgen" and doc["loss_target"] == 0.005 and doc["trials"] == 1
-    assert set(doc["results"]) == {"End.DX4 fastpath-ring8", "End.DX4 kernel"}
+    # the kernel's End.DX4 row needs its seg6local (found by the oracle's own
+    # probe, not by the bench); without it the bench says so and leaves it out
+    from fastpath.kernel.oracle import oracle_available
+    if oracle_available()[0]:
+        assert set(doc["results"]) == {"End.DX4 fastpath-ring8", "End.DX4 kernel"}
+    else:
+        assert set(doc["results"]) == {"End.DX4 fastpath-ring8"}
+        assert "no seg6 lwtunnels (CONFIG_IPV6_SEG6_LWTUNNEL)" in se, se
     for key, r in doc["results"].items():
         # the keys of an overload run, as without --pdr, and the search
         for k in ("offered_pps", "forwarded_pps", "loss", "sent", "forwarded", "cpu_per_s",
@@ -88,7 +95,7 @@ def test_pdr_smallest_trial(tmp_path):
     assert fp["rx_ring"] == {"block_size": 1 << 17, "block_nr": 64, "bytes": 8 << 20}
     assert "ring_freezes" in fp
     # the pasteable table, one row per forwarder
-    assert "rate at ≤0.5% loss" in se and se.count("| End.DX4 |") == 2
+    assert "rate at ≤0.5% loss" in se and se.count("| End.DX4 |") == len(doc["results"])
     assert "| fastpath, AF_PACKET, ring 8 MiB |" in se
     ns, tables = _state(p.pid)
     assert ns == [] and tables == before

@@ -66,7 +66,7 @@ _CHILD_ENV = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "AS
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_oracle():
-    ok, reason = oracle_available()
+    ok, reason = oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
 

@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 
 @pytest.fixture(autouse=True)
 def _need_oracle():
-    ok, reason = ko.oracle_available()
+    ok, reason = ko.oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
 
@@ -149,6 +149,7 @@ def _reap(p):
     p.stdout.close()
     p.stderr.close()
 
+@pytest.mark.kernel_seg6
 def test_every_kind_of_change_is_followed():
     with ko.KernelOracle(ifaces=("tun0", "tun1", "tun2")) as k:
         k.configure(BEFORE)

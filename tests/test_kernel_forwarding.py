@@ -205,7 +205,7 @@ def test_icmp_rate_limits_match_the_kernel():
         from .kernel_oracle import KernelOracle, oracle_available
     except ImportError:  # pragma: no cover
         from kernel_oracle import KernelOracle, oracle_available
-    ok, reason = oracle_available()
+    ok, reason = oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
     from fastpath import Batch
@@ -241,7 +241,7 @@ def _ip_error_oracle():
         from .kernel_oracle import KernelOracle, oracle_available
     except ImportError:  # pragma: no cover
         from kernel_oracle import KernelOracle, oracle_available
-    ok, reason = oracle_available()
+    ok, reason = oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
     try:

@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 
 @pytest.fixture(autouse=True)
 def _need_oracle():
-    ok, reason = ko.oracle_available()
+    ok, reason = ko.oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
 
@@ -150,6 +150,7 @@ ip rule add to 10.40.0.0/16 table 200 pref 160
 """
 
 
+@pytest.mark.kernel_seg6
 def test_roundtrip_every_route_kind():
     text = _roundtrip(EVERY_ROUTE_KIND, ("tun0", "tun1", "tun2"))
     # the kernel gives the HMAC secrets back (SEG6_CMD_DUMPHMAC)
@@ -375,6 +376,7 @@ def test_missing_namespace_is_a_clear_error(tmp_path):
     assert not os.path.exists(f"/run/netns/{name}")      # and not created by the attempt
 
 
+@pytest.mark.kernel_seg6
 def test_cli_import_to_file_and_hmac_file(tmp_path):
     hm = tmp_path / "keys"
     hm.write_text("ip sr hmac set 7 sha256 'from file'\nip sr hmac set 8 sha1 extra\n")
@@ -409,6 +411,7 @@ def test_bad_hmac_file(tmp_path):
             nl.import_text(k.netns, hmac_file=str(tmp_path / "nope"))
 
 
+@pytest.mark.kernel_seg6
 def test_route_line_is_one_function_per_message():
     """A follower can turn one RTM_NEWROUTE into one configuration line."""
     with ko.KernelOracle(ifaces=("tun0",)) as k:

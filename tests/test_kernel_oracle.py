@@ -18,7 +18,7 @@ try:  # tests/ as a package or as a plain directory on sys.path
 except ImportError:
     import kernel_oracle as ko
 
-_ok, _reason = ko.oracle_available()
+_ok, _reason = ko.oracle_available(seg6=False)
 pytestmark = pytest.mark.skipif(not _ok, reason=_reason)
 
 pytest.importorskip("scapy.all")
@@ -104,6 +104,7 @@ def test_ipv6_no_route_destination_unreachable(oracle):
     assert data == expected
 
 
+@pytest.mark.kernel_seg6
 def test_seg6local_end(oracle):
     oracle.configure("""
         ip -6 route add fc00::1/128 encap seg6local action End dev tun0
@@ -179,6 +180,7 @@ def test_ipv4_no_route_is_network_unreachable(oracle):
 # ---------------------------------------------------------------- ip sr
 
 
+@pytest.mark.kernel_seg6
 def test_ip_sr_tunsrc_and_hmac(oracle):
     secret = "s3cret with spaces"
     oracle.configure(f"""
@@ -230,6 +232,7 @@ def test_config_errors_are_clear(oracle):
         oracle.configure("ip netns add other")
 
 
+@pytest.mark.kernel_seg6
 def test_config_skips_own_tun_creation_and_does_sysctl(oracle):
     oracle.configure("""
         ip link add tun0 type tun        # the oracle made it already
@@ -325,14 +328,14 @@ def test_cleanup_after_failed_enter():
 
 def test_this_thread_stays_in_its_namespace():
     ours = os.readlink("/proc/thread-self/ns/net")
-    with open("/proc/sys/net/ipv6/conf/all/seg6_require_hmac") as f:
+    with open("/proc/sys/net/ipv4/ip_default_ttl") as f:
         host_value = f.read()
     with ko.KernelOracle(ifaces=("tun0",)) as k:
-        other = "1" if host_value.strip() != "1" else "-1"
-        k.configure(f"sysctl -w net.ipv6.conf.all.seg6_require_hmac={other}")
-        assert k.sysctl("net.ipv6.conf.all.seg6_require_hmac") == other
+        other = "33" if host_value.strip() != "33" else "44"
+        k.configure(f"sysctl -w net.ipv4.ip_default_ttl={other}")
+        assert k.sysctl("net.ipv4.ip_default_ttl") == other
         assert os.readlink("/proc/thread-self/ns/net") == ours
-        with open("/proc/sys/net/ipv6/conf/all/seg6_require_hmac") as f:
+        with open("/proc/sys/net/ipv4/ip_default_ttl") as f:
             assert f.read() == host_value  # the host namespace is untouched
     assert os.readlink("/proc/thread-self/ns/net") == ours
 

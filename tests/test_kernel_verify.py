@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 
 
 def _need_oracle():
-    ok, reason = ko.oracle_available()
+    ok, reason = ko.oracle_available(seg6=False)
     if not ok:
         pytest.skip(reason)
 
@@ -81,6 +81,7 @@ PKTS = [ip6("2001:db8:1::2", "2001:db8:9::5"),        # forwarded
         ip6("2001:db8:1::2", "2001:db8:1::1")]        # local
 
 
+@pytest.mark.kernel_seg6
 def test_agreeing_configuration(tmp_path):
     _need_oracle()
     cfg = tmp_path / "r.conf"
@@ -103,6 +104,7 @@ sysctl -w net.ipv4.conf.tun0.send_redirects=1
 """
 
 
+@pytest.mark.kernel_seg6
 def test_disagreeing_configuration_redirect(tmp_path):
     """README, Known differences: fastpath generates no redirects.  A packet
     forwarded back out of the interface it came in on, towards a gateway on
@@ -127,6 +129,7 @@ def test_disagreeing_configuration_redirect(tmp_path):
     assert _left_behind(pids) == []
 
 
+@pytest.mark.kernel_seg6
 def test_first_differing_field_by_name():
     """The test-only hook: fastpath configured with other text than the kernel."""
     _need_oracle()
@@ -158,6 +161,7 @@ def _pcap(frames, linktype):
     return out
 
 
+@pytest.mark.kernel_seg6
 def test_ethernet_capture_is_stripped_to_l3(tmp_path):
     _need_oracle()
     cfg = tmp_path / "r.conf"
@@ -218,6 +222,7 @@ def test_bad_inputs(tmp_path):
     _one_line_error(rc, out, err, "error: the following arguments are required: --config")
 
 
+@pytest.mark.kernel_seg6
 def test_kernel_refuses_the_configuration(tmp_path):
     """fastpath accepts USP on End.X (RFC 8986), Linux does not: cannot run."""
     _need_oracle()
@@ -236,7 +241,7 @@ def test_cannot_run_without_the_kernel(tmp_path, monkeypatch, capsys):
     from fastpath.kernel import __main__ as M
     from fastpath.kernel import oracle
     monkeypatch.setattr(oracle, "oracle_available",
-                        lambda: (False, "kernel oracle needs root (network namespaces, TUN devices)"))
+                        lambda seg6=True: (False, "kernel oracle needs root (network namespaces, TUN devices)"))
     cfg = tmp_path / "r.conf"
     cfg.write_text(AGREE)
     assert M.main(["verify", "--config", str(cfg), PKTS[0].hex()]) == 2
@@ -265,7 +270,7 @@ def test_sigterm_removes_the_namespace(tmp_path):
     import time
     _need_oracle()
     cfg = tmp_path / "r.conf"
-    cfg.write_text(AGREE)
+    cfg.write_text(AGREE.split("sysctl -w net.ipv6.conf.all.seg6_enabled")[0])   # no SRv6 needed
     # a packet the kernel answers, so that every send waits --wait for more
     pkt = PKTS[1].hex()
     p = subprocess.Popen([sys.executable, "-m", "fastpath.kernel", "verify", "--config", str(cfg),
@@ -293,6 +298,7 @@ def srh(segs, sl, nh=59):
     return struct.pack("!BBBBBBH", nh, 2 * len(segs), 4, sl, len(segs) - 1, 0, 0) + body
 
 
+@pytest.mark.kernel_seg6
 def test_import_then_verify_agrees():
     """The two halves compose: a namespace imported, then its configuration
     verified against a fresh kernel namespace (every route kind of the
@@ -343,6 +349,7 @@ def _pcapng(packets_by_if, names, linktype=101):
     return out
 
 
+@pytest.mark.kernel_seg6
 def test_pcapng_interface_names_give_the_ingress(tmp_path):
     _need_oracle()
     cfg = tmp_path / "r.conf"

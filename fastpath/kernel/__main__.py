@@ -184,7 +184,7 @@ def cmd_verify(args) -> int:
 def cmd_bench_follow(args) -> int:
     from .bench_follow import main as bench_main
     from .oracle import KernelOracleError, oracle_available
-    ok, reason = oracle_available()
+    ok, reason = oracle_available(seg6=False)
     if not ok:
         return _fail(f"bench-follow needs root and network namespaces: {reason}")
     if args.routes < 1 or args.samples < 1:

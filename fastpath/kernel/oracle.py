@@ -18,7 +18,9 @@ of them.
 
 Requirements (``oracle_available()`` checks them and gives the reason when
 one is missing): Linux, root, ``ip`` (iproute2) with ``ip netns``,
-``/dev/net/tun`` usable inside a namespace, and seg6local in the kernel.
+``/dev/net/tun`` usable inside a namespace, and, for SRv6 configurations,
+seg6 lwtunnels in the kernel (``oracle_available(seg6=False)`` leaves that
+check out: a kernel without them still answers for its IP stack).
 
 Namespace set-up
 ----------------
@@ -332,12 +334,15 @@ def _run(cmd: Sequence[str], *, input: bytes | None = None, timeout: float = 30.
 
 
 @functools.lru_cache(maxsize=None)
-def oracle_available() -> tuple[bool, str]:
+def oracle_available(seg6: bool = True) -> tuple[bool, str]:
     """(ok, reason): can this process run a KernelOracle?  Cached.
 
     Checks: Linux; root; iproute2 ``ip``; ``/dev/net/tun``; that ``ip netns``
     can create a namespace, that a TUN device can be created inside it, and
-    that the kernel accepts a seg6local route there.
+    (``seg6``, the default) that the kernel accepts a seg6local route and a
+    seg6 encap route there (CONFIG_IPV6_SEG6_LWTUNNEL).  ``seg6=False``
+    for comparisons that need only the kernel's IP stack (FIB, forwarding,
+    ICMP, IPv4 options): they run on kernels built without SRv6 too.
     """
     if not os.path.exists("/proc/thread-self/ns/net"):
         return False, "not Linux, or no /proc/thread-self/ns/net"
@@ -349,10 +354,15 @@ def oracle_available() -> tuple[bool, str]:
         return False, "/dev/net/tun does not exist"
     try:
         with KernelOracle(ifaces=("fpprobe0",)) as k:
+            if not seg6:
+                return True, "ok"
             try:
                 k.configure("ip -6 route add fc00::1/128 encap seg6local action End dev fpprobe0")
+                k.configure("ip -6 route add fc00::2/128 encap seg6 mode encap segs fc00::3 "
+                            "dev fpprobe0")
             except KernelConfigError as e:
-                return False, f"seg6local not available in this kernel: {e.stderr.strip() or e}"
+                return False, ("seg6 lwtunnels not available in this kernel "
+                               f"(CONFIG_IPV6_SEG6_LWTUNNEL): {e.stderr.strip() or e}")
     except Exception as e:  # any set-up failure is a reason to skip
         return False, f"kernel oracle set-up failed: {e}"
     return True, "ok"
