@@ -567,34 +567,68 @@ def test_arp_reply_and_na_bytes_as_the_kernel(topo):
         assert ours[k] == kernel[k], f"{k}: fastpath {ours[k]} kernel {kernel[k]}"
 
 
+#: IPv4 options of the echo requests after the plain one: what ``ping -R``
+#: sends (RR, 9 slots), an RR with one free slot (input takes it, the reply
+#: has none: a copy), a full RR, ``ping -T tsonly`` and ``-T tsandaddr``,
+#: prespecified timestamps naming r1 (input takes the first, the echo the
+#: second) and h1 then r1 (nothing to take), a router alert (not echoed)
+_ECHO_OPTIONS4 = [
+    bytes([1, 7, 39, 4]) + bytes(36),
+    bytes([7, 11, 8]) + bytes([10, 1, 0, 2]) + bytes(4) + bytes([1]),
+    bytes([7, 7, 8]) + bytes([10, 9, 9, 9]) + bytes([0]),
+    bytes([68, 40, 5, 0]) + bytes(36),
+    bytes([68, 36, 5, 1]) + bytes(32),
+    bytes([68, 20, 5, 3]) + bytes([10, 1, 0, 1]) + bytes(4) + bytes([10, 1, 0, 1]) + bytes(4),
+    bytes([68, 20, 5, 3]) + bytes([10, 1, 0, 2]) + bytes(4) + bytes([10, 1, 0, 1]) + bytes(4),
+    bytes([148, 4, 0, 0]),
+]
+
+
 def _echo_requests(h1mac):
-    """An ICMP echo request (TOS 0x20) and an ICMPv6 one (traffic class
-    0x28, flow label 0x12345) from h1 to r1's addresses."""
+    """An ICMP echo request (TOS 0x20), the same with each of
+    _ECHO_OPTIONS4, and an ICMPv6 one (traffic class 0x28, flow label
+    0x12345) from h1 to r1's addresses."""
     import struct
     from fastpath.wire.neigh import _csum, icmp6_checksum
     rmac = bytes.fromhex(_mac(R, "r1"))
     mac = bytes.fromhex(h1mac)
     icmp = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 7) + b"fastpath echo"
     icmp = icmp[:2] + struct.pack("!H", ~_csum(icmp) & 0xFFFF) + icmp[4:]
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0x20, 20 + len(icmp), 0x4321, 0x4000, 64, 1, 0,
-                     bytes([10, 1, 0, 2]), bytes([10, 1, 0, 1]))
-    ip = ip[:10] + struct.pack("!H", ~_csum(ip) & 0xFFFF) + ip[12:]
-    e4 = rmac + mac + b"\x08\x00" + ip + icmp
+    e4s = []
+    for opts in [b""] + _ECHO_OPTIONS4:
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45 + len(opts) // 4, 0x20,
+                         20 + len(opts) + len(icmp), 0x4321, 0x4000, 64, 1, 0,
+                         bytes([10, 1, 0, 2]), bytes([10, 1, 0, 1])) + opts
+        ip = ip[:10] + struct.pack("!H", ~_csum(ip) & 0xFFFF) + ip[12:]
+        e4s.append(rmac + mac + b"\x08\x00" + ip + icmp)
     src = bytes.fromhex("20010db8000100000000000000000002")
     dst = bytes.fromhex("20010db8000100000000000000000001")
     icmp6 = struct.pack("!BBHHH", 128, 0, 0, 0x1234, 7) + b"fastpath echo6"
     icmp6 = icmp6[:2] + struct.pack("!H", icmp6_checksum(src, dst, icmp6)) + icmp6[4:]
     ip6 = struct.pack("!IHBB", (6 << 28) | (0x28 << 20) | 0x12345, len(icmp6), 58, 64) + src + dst
     e6 = rmac + mac + b"\x86\xdd" + ip6 + icmp6
-    return e4, e6
+    return e4s + [e6]
 
 
 def _mask_echo(hexframe):
     """The fields the kernel picks by a keyed hash: the IPv4 ID and so the
-    header checksum; the IPv6 flow label."""
+    header checksum; the IPv6 flow label; the times written into Timestamp
+    options (ms since midnight: the same only by chance), the filled slots
+    only."""
     f = bytearray(bytes.fromhex(hexframe))
     if f[12:14] == b"\x08\x00":
         f[18:20] = f[24:26] = b"\0\0"
+        off, end = 34, 14 + (f[14] & 0x0F) * 4
+        while off < end and f[off] != 0:
+            if f[off] == 1:
+                off += 1
+                continue
+            ln = f[off + 1]
+            if f[off] == 68 and ln >= 4:
+                step = 4 if f[off + 3] & 0xF == 0 else 8     # times only, or address pairs
+                for t in range(off + step, off + f[off + 2] - 1, step):
+                    f[t:t + 4] = b"\0\0\0\0"
+            off += max(ln, 2)
     elif f[12:14] == b"\x86\xdd":
         f[15] &= 0xF0
         f[16:18] = b"\0\0"
@@ -619,7 +653,7 @@ def test_echo_replies_as_the_kernel(topo):
     finally:
         rc, out, err = _stop(p)
     assert [_mask_echo(x) for x in ours] == [_mask_echo(x) for x in kernel], (ours, kernel)
-    assert json.loads(out)["counters"]["echo_replies"] == 2
+    assert json.loads(out)["counters"]["echo_replies"] == len(reqs)
 
 
 def _forward_frames(h1mac, rmac):
@@ -710,10 +744,11 @@ def _tcp_frames(h1mac, rmac):
     """TCP segments from h1 towards h2 (scapy-built): name, frame.  A
     handshake's SYN with every common option, data, FIN and RST, of both
     families; IPv4 with DF and without (an IP ID) and a low TTL; IPv6 with
-    a hop-by-hop header before the TCP header.  (IPv4 options are left out:
-    fastpath drops them, not_supported, where the kernel fills in a Record
-    Route -- README, "Known differences from Linux".)"""
-    from scapy.layers.inet import IP, TCP
+    a hop-by-hop header before the TCP header; IPv4 with a Record Route
+    option (the router writes its egress address into the first free slot
+    and recomputes the header checksum).  Timestamp options are left out:
+    the router writes its clock into them."""
+    from scapy.layers.inet import IP, TCP, IPOption_NOP, IPOption_RR
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
     from scapy.layers.l2 import Ether
 
@@ -733,6 +768,10 @@ def _tcp_frames(h1mac, rmac):
         ("IPv4 FIN", IP(**v4, ttl=64, flags="DF", id=7) / TCP(sport=40001, dport=7000,
                                                             flags="FA", seq=1481, ack=5001)),
         ("IPv4 RST, TTL 2", IP(**v4, ttl=2) / TCP(sport=40002, dport=7000, flags="R", seq=9)),
+        ("IPv4 Record Route", IP(**v4, ttl=64, id=11, options=[
+            IPOption_NOP(), IPOption_RR(routers=["0.0.0.0", "0.0.0.0"])]) / data / b"rr"),
+        ("IPv4 Record Route, full", IP(**v4, ttl=64, id=12, options=[
+            IPOption_RR(pointer=12, routers=["10.1.0.2", "10.9.9.9"])]) / data / b"rr"),
         ("IPv6 SYN", IPv6(**v6, hlim=64, tc=0x10, fl=0x12345) / syn),
         ("IPv6 data", IPv6(**v6, hlim=64, fl=0x12345) / data / (b"fastpath-tcp" * 40)),
         ("IPv6 RST, hop limit 2", IPv6(**v6, hlim=2) / TCP(sport=40002, dport=7000, flags="R")),

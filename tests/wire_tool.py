@@ -89,7 +89,8 @@ def xchg(dev, frame, kind, timeout=2.0):
         if kind == "na" and et == 0x86DD and data[20] == 58 and data[54] == 136 and (
                 want is None or data[62:78] == want):
             return data
-        if kind == "echo-reply" and ((et == 0x0800 and data[23] == 1 and data[34] == 0) or
+        if kind == "echo-reply" and ((et == 0x0800 and data[23] == 1 and
+                                      data[14 + (data[14] & 0x0F) * 4] == 0) or
                                      (et == 0x86DD and data[20] == 58 and data[54] == 129)):
             return data
 

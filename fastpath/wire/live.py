@@ -722,7 +722,9 @@ class Live:
         loc = np.flatnonzero(b.verdict == V_LOCAL)
         d = b.data
         l3 = b.start[loc] + b.l2len[loc]
-        v4 = (d[loc, l3] == 0x45) & (d[loc, l3 + 9] == 1) & (d[loc, l3 + 20] == 8)
+        ihl = (d[loc, l3] & 0x0F).astype(np.intp) * 4        # options: ping -R, -T
+        v4 = ((d[loc, l3] >> 4) == 4) & (d[loc, l3 + 9] == 1) & \
+            (d[loc, np.minimum(l3 + ihl, d.shape[1] - 1)] == 8)
         v6 = ((d[loc, l3] >> 4) == 6) & (d[loc, l3 + 6] == 58) & (d[loc, l3 + 40] == 128)
         for i in loc[v4 | v6]:
             i = int(i)
@@ -730,7 +732,7 @@ class Live:
             if link is None:
                 continue
             r = echo.reply(b.packet(i), int(b.l2len[i]), link.mac, self._local4, self._local6,
-                           self._ttl, self._hop_limit)
+                           self._ttl, self._hop_limit, self._nonunicast4)
             if r is not None:
                 self._send_one(link.ifindex, r)
                 self.echo_replies += 1
@@ -740,6 +742,25 @@ class Live:
                         if a.version == 4}
         self._local6 = {a.ip.packed for i in st.interfaces.values() for a in i.addrs
                         if a.version == 6}
+        # inet_addr_type(a) != RTN_UNICAST for an echo's prespecified
+        # timestamps: what fib_add_ifaddr puts in the local table (every
+        # address; the broadcast of each prefix shorter than /31; the whole
+        # prefix of a loopback device's address), 0/8, the limited broadcast
+        # and multicast (routes added to table local by hand are not looked at)
+        bcast = set(self._local4)
+        loop = []
+        for itf in st.interfaces.values():
+            for a in itf.addrs:
+                if a.version == 4 and a.network.prefixlen < 31:
+                    bcast.add(a.network.broadcast_address.packed)
+                if a.version == 4 and itf.kind == "loopback":
+                    loop.append((int(a.network.network_address), a.network.prefixlen))
+
+        def nonunicast4(addr, bcast=frozenset(bcast), loop=tuple(loop)):
+            x = int.from_bytes(addr, "big")
+            return (x >> 24 == 0 or x == 0xFFFFFFFF or x >> 28 == 0xE or addr in bcast
+                    or any(x >> (32 - n) == net >> (32 - n) for net, n in loop))
+        self._nonunicast4 = nonunicast4
         self._ttl = st.sysctl("net.ipv4.ip_default_ttl")
         self._hop_limit = st.sysctl("net.ipv6.conf.all.hop_limit")
 
