@@ -196,7 +196,12 @@ def test_scope_expectations(name, extra, cases, fast):
             assert res.data[40:42] == bytes([1 if code != 3 else 3, code]), res.data[:48].hex()
 
 
-@pytest.mark.parametrize("name,extra,cases", SCENARIOS, ids=IDS)
+# the scenarios with seg6 / seg6local routes need the kernel's SRv6
+_PARAMS = [pytest.param(*sc, marks=pytest.mark.kernel_seg6) if "encap seg6" in sc[1] else sc
+           for sc in SCENARIOS]
+
+
+@pytest.mark.parametrize("name,extra,cases", _PARAMS, ids=IDS)
 def test_scope_like_the_kernel(name, extra, cases, kernel_oracle):
     kernel_oracle.configure(BASE + extra)
     r = _router(extra)
