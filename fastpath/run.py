@@ -12,7 +12,8 @@ table with an ingress drop on each attached interface keeps the kernel from
 routing the same packets; it is removed on exit (normal, error, Ctrl-C,
 SIGTERM).  ``--backend af_xdp``: AF_XDP sockets instead, libxdp's default
 XDP program attached (detached on the same exits) and no table.
-``--workers N``: N worker processes over PACKET_FANOUT (wire.workers).
+``--workers N``: N worker processes over PACKET_FANOUT, or with af_xdp
+over the devices' RX queues (wire.workers).
 SIGHUP re-reads the configuration and applies it (compiled in a thread
 while the running one goes on forwarding; a wrong one is refused with one
 line, the running one stays).  ``--stats SECONDS`` prints
@@ -81,8 +82,6 @@ def main(argv=None) -> int:
     wrong = [msg for bad, msg in (
         (not 1 <= args.batch <= 65536, "--batch must be 1..65536"),
         (args.workers is not None and not 1 <= args.workers <= 64, "--workers must be 1..64"),
-        (args.workers is not None and args.backend != "af_packet",
-         "--workers needs --backend af_packet (PACKET_FANOUT)"),
         (args.ring_mb is not None and not 1 <= args.ring_mb <= 4096, "--ring-mb must be 1..4096"),
         (args.ring_mb is not None and args.backend != "af_packet",
          "--ring-mb is for --backend af_packet"),
@@ -107,7 +106,8 @@ def main(argv=None) -> int:
     if args.workers is not None:
         from .wire.workers import Supervisor
         live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
-                          qdisc_bypass=args.qdisc_bypass,
+                          qdisc_bypass=args.qdisc_bypass, backend=args.backend,
+                          xdp_mode=args.xdp_mode,
                           shared_tables=args.worker_tables == "shared", **ring)
     else:
         live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,

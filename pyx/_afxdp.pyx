@@ -627,23 +627,32 @@ cdef class Socket:
                 "xdp": dict(st)}
 
 
-def poll(sockets, int timeout_ms):
+def poll(sockets, int timeout_ms, extra=()):
     """Wait until one of ``sockets`` has frames on its RX ring (or
-    timeout_ms); returns those that are ready.  A socket with a pending
+    timeout_ms); returns those that are ready, followed by those of the
+    ``extra`` file descriptors (ints: a worker's control connection) that
+    are readable or closed, as _afpacket.poll.  A socket with a pending
     error (its device went away) has it read and cleared."""
     cdef int fds[64]
     cdef int ready[64]
     cdef int n = 0, rc
     socks = list(sockets)[:64]
+    cdef int ns = len(socks)
+    ext = list(extra)[:64 - ns]
     for s in socks:
         fds[n] = s.fileno()
+        ready[n] = 0
+        n += 1
+    for f in ext:
+        fds[n] = f
         ready[n] = 0
         n += 1
     with nogil:
         rc = fpxs_poll(fds, n, timeout_ms, ready)
     if rc < 0:
         raise OSError(-rc, os.strerror(-rc))
-    for k in range(n):
+    for k in range(ns):
         if ready[k] & 2:
             (<Socket>socks[k])._clear_error()
-    return [socks[k] for k in range(n) if ready[k] & 1]
+    return [socks[k] for k in range(ns) if ready[k] & 1] + \
+        [ext[k - ns] for k in range(ns, n) if ready[k]]

@@ -118,8 +118,12 @@ def topo(tmp_path_factory):
         for n in (H1, H2, R):
             _sh("ip", "netns", "add", n)
             made.append(n)
-        _sh("ip", "-n", R, "link", "add", "r1", "type", "veth", "peer", "name", "h1e", "netns", H1)
-        _sh("ip", "-n", R, "link", "add", "r2", "type", "veth", "peer", "name", "h2e", "netns", H2)
+        # two queues each way: AF_XDP workers own RX queues (a veth's RX
+        # queue is the one its peer's flow hash picked to transmit on)
+        for dev, peer, ns in (("r1", "h1e", H1), ("r2", "h2e", H2)):
+            _sh("ip", "-n", R, "link", "add", dev, "numtxqueues", "2", "numrxqueues", "2",
+                "type", "veth", "peer", "name", peer, "numtxqueues", "2", "numrxqueues", "2",
+                "netns", ns)
         for h, a4, a6, g4, g6 in ((H1, "10.1.0.2/24", "2001:db8:1::2/64", "10.1.0.1", "2001:db8:1::1"),
                                   (H2, "10.2.0.2/24", "2001:db8:2::2/64", "10.2.0.1", "2001:db8:2::1")):
             dev = "h1e" if h == H1 else "h2e"

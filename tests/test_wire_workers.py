@@ -240,14 +240,6 @@ def test_tcp_frames_as_the_kernel_two_workers(topo):
                             "--workers", "2")
 
 
-def test_workers_with_af_xdp_refused(topo):
-    r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--workers", "2",
-            "--backend", "af_xdp", ns=R, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            cwd=ROOT)
-    assert r.returncode == 2 and r.stderr.strip() == (
-        "fastpath.run: --workers needs --backend af_packet (PACKET_FANOUT)")
-
-
 @pytest.mark.parametrize("tables", ["shared", "own"])
 def test_sighup_reaches_the_workers(topo, tables):
     """SIGHUP with workers: the control process checks the new file and

@@ -27,6 +27,7 @@ import pytest
 import test_wire as tw
 from test_wire import H1, H2, R, ROOT, TOOL, _flush_hosts, _nstat, _sh, _start, _stop, _tables
 from test_wire import topo  # noqa: F401  (the module's topology fixture)
+from test_wire_workers import _FLOWS, _alive, _shm, _shm_of, _workers_of
 
 _PROBE = r"""
 import socket, sys, time
@@ -337,3 +338,116 @@ def test_interface_removed_while_running_af_xdp(topo):
         _sh("ip", "-n", R, "link", "del", "r3", check=False)
     assert p.returncode == 1 and err.strip() == "fastpath.run: interface 'r3' went away", err
     assert _xdp_attached() == [] and _xdp_loader_clean()
+
+
+# ---------------------------------------------------------------------------
+# --workers with AF_XDP: the veths have two RX queues each (test_wire's
+# topology), queue q owned by worker q mod 2
+
+@wire
+@pytest.mark.parametrize("tables", ["shared", "own"])
+def test_ping_and_flows_through_two_af_xdp_workers(topo, tables):
+    """Pings of both families through 2 workers on AF_XDP, no static
+    neighbours: the ARP requests and replies, NSs and NAs that XDP
+    redirects to the workers reach the control process's neighbour
+    subsystem, and its answers go out; 32 UDP flows spread over both
+    workers by the veth's queues; h2 sees each echo request once.  One XDP
+    program per device while running (shared by the workers' sockets), the
+    nftables drop of the control process; nothing of either after."""
+    _flush_hosts()
+    shm = _shm()
+    p, table = _start(topo, "--workers", "2", "--backend", "af_xdp", "--worker-tables", tables,
+                      "--json", "--neigh")
+    try:
+        workers = _workers_of(p)
+        attached = _xdp_attached()
+        tables_now = _tables()
+        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
+        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        # (to h2's closed port 9: each one counted by its UDP layer, no
+        # socket buffer in the way)
+        udp0 = _nstat(H2, "UdpNoPorts")
+        _sh(sys.executable, "-c", _FLOWS, "10.2.0.2", "640", ns=H1)
+        end = time.monotonic() + 5
+        while _nstat(H2, "UdpNoPorts") - udp0 < 640 and time.monotonic() < end:
+            time.sleep(0.1)
+        got = _nstat(H2, "UdpNoPorts") - udp0
+    finally:
+        rc, out, err = _stop(p)
+    assert len(workers) == 2, workers
+    assert sorted(attached) == ["r1", "r2"], attached
+    assert table in tables_now
+    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr + err
+    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr + err
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    assert got == 640, got
+    assert rc == 0 and "Traceback" not in err, err
+    doc = json.loads(out)
+    c = doc["counters"]
+    assert c["backend"] == "af_xdp" and c["workers"] == 2 and c["restarts"] == 0
+    assert c["rx_ring"] is None and set(doc["xdp_modes"]) == {"r1", "r2"}, doc["xdp_modes"]
+    assert c["verdicts"]["forward"] >= 12 + 640
+    assert all(x > 20 for x in c["worker_rx"]), c["worker_rx"]       # both queues had flows
+    assert c["wire"]["ctrl_to_control"] >= 4, c["wire"]     # handed over: ARP and ND
+    assert c["control_rx"] == 0, c                          # XDP left its sockets nothing
+    tw.check_neighbours_resolved(doc)
+    assert _xdp_attached() == [] and _xdp_loader_clean() and not _tables()
+    assert not any(_alive(w) for w in workers)
+    assert _shm_of([p.pid] + workers, shm) == []
+
+
+@wire
+def test_tcp_frames_as_the_kernel_two_af_xdp_workers(topo):
+    """test_wire's TCP segments (IPv4 options included) through two AF_XDP
+    workers: the bytes r's kernel forwards."""
+    tw.frames_as_the_kernel(topo, tw._tcp_frames(tw._mac(tw.H1, "h1e"), tw._mac(tw.R, "r1")),
+                            "--workers", "2", "--backend", "af_xdp")
+
+
+@wire
+def test_af_xdp_worker_sigkilled_is_replaced(topo):
+    """Both AF_XDP workers SIGKILLed while pings flow (their sockets leave
+    the program's map, the program stays): the control process restarts
+    them, their sockets bind the same queues again and the pings resume;
+    at SIGTERM no program, table or process is left."""
+    p, table = _start(topo, "--workers", "2", "--backend", "af_xdp", "--json")
+    try:
+        workers = _workers_of(p)
+        ping = subprocess.Popen(["ip", "netns", "exec", H1, sys.executable, TOOL, "ping",
+                                 "10.2.0.2", "12", "1"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.3)
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+        ping_out = ping.communicate(timeout=30)[0]
+        after = _workers_of(p)
+        attached = _xdp_attached()
+        ok = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+    died = [l for l in err.splitlines() if " died (signal SIGKILL); restarted as pid " in l]
+    assert len(died) == 2, err
+    assert sorted(set(after) & set(workers)) == [] and len(after) == 2
+    assert sorted(attached) == ["r1", "r2"], attached
+    got = int(ping_out.split()[1].split("/")[0])
+    assert got >= 9, ping_out
+    assert ok.stdout.strip() == "ok 3/3", ok.stdout
+    assert json.loads(out)["counters"]["restarts"] == 2
+    assert _xdp_attached() == [] and _xdp_loader_clean() and not _tables()
+    assert not any(_alive(w) for w in workers + after)
+
+
+@wire
+def test_af_xdp_workers_need_as_many_queues(topo):
+    """--workers 3 on veths of two RX queues: one line, exit 2, nothing
+    left (no program, table, worker)."""
+    r = _sh(sys.executable, "-m", "fastpath.run", "--config", topo["conf"], "--iface", "r1",
+            "--iface", "r2", "--workers", "3", "--backend", "af_xdp", ns=R, check=False,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith(
+        "fastpath.run: --workers 3 with --backend af_xdp: r1 has 2 RX queues"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert _xdp_attached() == [] and not _tables()

@@ -201,7 +201,7 @@ class Live:
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
                  block_size=RX_BLOCK_SIZE, block_nr=RX_BLOCK_NR, neigh_params=None, mode="noref",
                  backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None,
-                 shared=None):
+                 shared=None, queues=None):
         """``role``: "all" (one process does everything), or for --workers
         (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
         group}: its sockets join them; ARP/ND frames are left to the
@@ -211,7 +211,11 @@ class Live:
         arguments, slot, state)``: the datapath reads the control process's
         shared tables (fastpath.dataplane.AttachedTables) instead of a
         Router compiled here; ``state`` is the configuration without its
-        routes (devices, addresses, neighbours, sysctls)."""
+        routes (devices, addresses, neighbours, sysctls).  ``queues`` (an
+        af_xdp worker): {device: [RX queue, ...]}, the queues whose AF_XDP
+        sockets it owns (default: every queue); its ARP/ND frames go to the
+        control process, whose own sockets are AF_PACKET ones (it sends
+        from them; XDP leaves them nothing to receive)."""
         if role not in ("all", "worker", "control"):
             raise ValueError(f"role {role!r}")
         self.role = role
@@ -220,6 +224,11 @@ class Live:
         if backend not in BACKENDS:
             raise LiveError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.backend = backend
+        # the sockets this process opens: the control process of --workers
+        # owns only AF_PACKET ones (ARP/ND, its transmissions) whatever the
+        # workers use
+        self.sock_backend = "af_packet" if role == "control" else backend
+        self.queues = queues
         self.xdp_mode = xdp_mode
         self._io = None
         self._atexit = False
@@ -257,7 +266,7 @@ class Live:
         return self
 
     def _open(self):
-        self._io = io_module(self.backend)
+        self._io = io_module(self.sock_backend)
         if self.names is None:
             try:
                 st = parse_config(self.config)          # (no tables: the names only)
@@ -295,7 +304,7 @@ class Live:
                               [a for a in itf.addrs if a.version == 4],
                               [a for a in itf.addrs if a.version == 6]))
         self.links = {l.ifindex: l for l in links}
-        if self.backend == "af_xdp":
+        if self.sock_backend == "af_xdp":
             self._open_xdp(sysinfo, st)
         else:
             frame = 2048
@@ -321,7 +330,7 @@ class Live:
         self._sock_of = {s.iif: s for s in self.sockets}
         self._errors = [0] * len(self.sockets)
         self._suspect = set()
-        if self.backend == "af_packet" and self.role != "worker":
+        if self.sock_backend == "af_packet" and self.role != "worker":
             try:
                 nft.sweep_stale()
                 self.guard = nft.Guard(self.names).install()
@@ -363,10 +372,11 @@ class Live:
         leftover = []
         for n in self.names:
             names, only = self._io.programs(sysinfo[n]["ifindex"])
-            if names and only:
+            if names and only and self.role != "worker":   # (workers: the control's)
                 leftover.append(sysinfo[n]["ifindex"])
         for n in self.names:
-            for q in range(self._io.rx_queues(n)):
+            qs = self.queues[n] if self.queues is not None else range(self._io.rx_queues(n))
+            for q in qs:
                 try:
                     s = self._io.Socket(n, sysinfo[n]["ifindex"], st.interfaces[n].ifindex,
                                         mac=sysinfo[n]["mac"], queue=q, mode=self.xdp_mode,
@@ -613,7 +623,7 @@ class Live:
                             self._suspect.discard(name)
                 except OSError:
                     raise LiveError(f"interface {name!r} went away") from None
-        if self.backend == "af_xdp":
+        if self.sock_backend == "af_xdp":
             self._check_devices()
         b = self.batch
         n = 0
@@ -654,7 +664,12 @@ class Live:
                 self.neigh.input(int(b.iif[i]), b.packet(int(i)))
             return
         if ctrl.any():
-            if self.role == "worker":
+            if self.role == "worker" and self.sock_backend == "af_xdp":
+                # XDP redirected them here, away from the control process's
+                # sockets: handed over (a few frames; it owns the state)
+                self.neigh.frames([(int(b.iif[i]), b.packet(int(i))) for i in np.flatnonzero(ctrl)])
+                self.wire["ctrl_to_control"] = self.wire.get("ctrl_to_control", 0) + int(ctrl.sum())
+            elif self.role == "worker":
                 # the control process's own socket has them
                 self.wire["ctrl_to_control"] = self.wire.get("ctrl_to_control", 0) + int(ctrl.sum())
             else:
@@ -839,18 +854,21 @@ class Live:
                 for k, v in c.items():
                     if isinstance(v, int):
                         have[k] = have.get(k, 0) + v
-        return {"interfaces": per, "backend": self.backend, "rx_ring": self.rx_ring(),
-                "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
-                "neighbour": dict(nb.counters) if nb else {},
-                "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
-                "neigh_configures": self.neigh_configures, "reloads": self.reloads,
-                "echo_replies": self.echo_replies,
-                "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
+        out = {"interfaces": per, "backend": self.backend, "rx_ring": self.rx_ring(),
+               "verdicts": dict(self.verdicts), "reasons": reasons, "wire": wire,
+               "neighbour": dict(nb.counters) if nb else {},
+               "neighbours": len([e for e in nb.entries.values() if e.state]) if nb else 0,
+               "neigh_configures": self.neigh_configures, "reloads": self.reloads,
+               "echo_replies": self.echo_replies,
+               "neigh_configure_ms": round(self.neigh_configure_s * 1000, 3)}
+        if self.role == "worker" and self.sock_backend == "af_xdp":
+            out["xdp_modes"] = self.xdp_modes()     # (the control process shows them)
+        return out
 
     def rx_ring(self):
         """af_packet: the RX ring of each socket ({block_size, block_nr,
         bytes}); None for af_xdp."""
-        if self.backend != "af_packet":
+        if self.sock_backend != "af_packet":
             return None
         return {"block_size": self.block_size, "block_nr": self.block_nr,
                 "bytes": self.block_size * self.block_nr}

@@ -1,5 +1,6 @@
 """``fastpath.run --workers N``: one interface spread over N worker
-processes with PACKET_FANOUT (AF_PACKET).
+processes with PACKET_FANOUT (AF_PACKET), or by RX queue (AF_XDP: see
+"AF_XDP" below).
 
     control process (Supervisor)                 worker w (python -m fastpath.wire.workers)
     -------------------------------              -----------------------------------------
@@ -54,6 +55,19 @@ by the next run).  What it had counted is kept as of its last
 report (the control process asks every worker once a second).  When the
 control process goes away (even by SIGKILL) the workers see their
 connection close and exit.
+
+AF_XDP (``--backend af_xdp``): an AF_XDP socket is bound to one RX queue,
+so the spreading is the device's own: queue q belongs to worker q mod N
+(a device needs at least N queues: a veth made with ``numrxqueues``, its
+peer with as many TX queues, spreads by the sender's flow hash).  libxdp's
+default program is loaded once per device, by the first worker's socket,
+and shared by the others (it redirects each queue to the socket in its
+map); it is detached when the last socket closes, and by the control
+process at exit if a killed worker left it.  XDP takes ARP and ND away from
+the control process's sockets too, so a worker hands those frames over
+(one message per batch); the control process still transmits from its
+AF_PACKET sockets and keeps the nftables drop, which catches the frames XDP
+passes to the stack while a queue has no socket (a worker being restarted).
 """
 from __future__ import annotations
 
@@ -67,7 +81,7 @@ import time
 from multiprocessing.connection import Connection
 
 from ..config import ConfigError
-from .live import RX_BLOCK_NR, RX_BLOCK_SIZE, Live, LiveError
+from .live import RX_BLOCK_NR, RX_BLOCK_SIZE, Live, LiveError, io_module
 
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
 COUNTERS_EVERY = 1.0
@@ -102,6 +116,11 @@ class _RemoteNeigh:
         if key in self.stale_set:
             self.stale_set.discard(key)          # once: the control process answers
             _send(self.conn, ("used", ifindex, family, addr))
+
+    def frames(self, frames):
+        """af_xdp: ARP/ND frames XDP redirected to this worker's sockets,
+        [(iif, frame)], for the control process's neighbour subsystem."""
+        _send(self.conn, ("ctrl", [(i, bytes(f)) for i, f in frames]))
 
     def resolve(self, ifindex, family, addr, frames):
         _send(self.conn, ("unres", ifindex, family, addr, [bytes(f) for f in frames]))
@@ -179,9 +198,11 @@ def worker_main(fd: int) -> int:
             pass
     ring = {"block_nr": cfg["block_nr"]} if cfg.get("block_nr") else {}
     shared = (cfg["attach"], cfg["slot"], cfg["state"]) if cfg.get("attach") else None
+    xdp = {"backend": "af_xdp", "xdp_mode": cfg["xdp_mode"],
+           "queues": cfg["queues"]} if cfg.get("backend") == "af_xdp" else {}
     live = Live(cfg["config"], cfg["names"], batch_size=cfg["batch"],
                 qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"],
-                shared=shared, **ring)
+                shared=shared, **ring, **xdp)
     try:
         try:
             live.open()
@@ -311,8 +332,12 @@ class Supervisor(Live):
         control process's Dataplane (the default); False: each compiles
         its own Router from the configuration text (the way before, kept
         to compare with)."""
-        if kw.get("backend", "af_packet") != "af_packet":
-            raise LiveError("--workers needs --backend af_packet (PACKET_FANOUT)")
+        # af_xdp: each worker binds AF_XDP sockets to its share of every
+        # device's RX queues (queue q to worker q mod N; libxdp's one default
+        # program, shared, redirects each queue to its socket) and hands the
+        # ARP/ND frames it gets to this process, which sends from AF_PACKET
+        # sockets; the nftables drop stays (it catches what XDP passes to
+        # the stack while a queue has no socket: a worker being restarted)
         # the control process's sockets see only ARP/ND: a small ring; the
         # workers' rings are Live's (block_nr, when given, is theirs)
         self._worker_blocks = kw.pop("block_nr", None)
@@ -320,6 +345,7 @@ class Supervisor(Live):
         self._worker_batch = kw.pop("batch_size", 256)
         super().__init__(config, interfaces, role="control", **kw)
         self.nworkers = workers
+        self.queues = {}                  # af_xdp: worker -> {device: [queues]}
         avail = sorted(os.sched_getaffinity(0))
         self.cpus = cpus if cpus is not None else (
             [avail[w] for w in range(workers)] if workers <= len(avail) else [None] * workers)
@@ -375,6 +401,8 @@ class Supervisor(Live):
 
     def _open(self):
         super()._open()
+        if self.backend == "af_xdp":
+            self._assign_queues()
         used = set()
         for n in self.names:
             g = secrets.randbelow(65535) + 1
@@ -383,11 +411,35 @@ class Supervisor(Live):
             used.add(g)
             self.groups[n] = g
         self.workers = [None] * self.nworkers
-        for w in range(self.nworkers):
-            self._spawn(w)
-        for w in range(self.nworkers):
-            self._await_ready(self.workers[w])
+        if self.backend == "af_xdp":
+            # one at a time: two processes whose first sockets load
+            # libxdp's program on the same device at once race, and the
+            # loser's bind fails with EBUSY (seen with --worker-tables own)
+            for w in range(self.nworkers):
+                self._spawn(w)
+                self._await_ready(self.workers[w])
+        else:
+            for w in range(self.nworkers):
+                self._spawn(w)
+            for w in range(self.nworkers):
+                self._await_ready(self.workers[w])
         self._broadcast_neigh(full=True)
+
+    def _assign_queues(self):
+        """af_xdp: RX queue q of each device to worker q mod N; a device
+        with fewer queues than workers is refused (a worker without a
+        queue there would get none of its traffic)."""
+        xdp = io_module("af_xdp")
+        for n in self.names:
+            nq = xdp.rx_queues(n)
+            if nq < self.nworkers:
+                raise LiveError(
+                    f"--workers {self.nworkers} with --backend af_xdp: {n} has {nq} RX "
+                    f"queue{'s' if nq != 1 else ''} (one AF_XDP socket per queue, each "
+                    f"owned by one worker; a veth: ip link add ... numrxqueues "
+                    f"{self.nworkers} type veth peer ... numtxqueues {self.nworkers})")
+        self.queues = {w: {n: [q for q in range(xdp.rx_queues(n)) if q % self.nworkers == w]
+                           for n in self.names} for w in range(self.nworkers)}
 
     def _spawn(self, w):
         parent, child = socket.socketpair()
@@ -400,6 +452,8 @@ class Supervisor(Live):
         init = {"config": self.config, "names": self.names, "groups": self.groups,
                 "batch": self._worker_batch, "qdisc_bypass": self.qdisc_bypass,
                 "block_nr": self._worker_blocks, "cpu": self.cpus[w]}
+        if self.backend == "af_xdp":
+            init.update(backend="af_xdp", xdp_mode=self.xdp_mode, queues=self.queues[w])
         if self.dataplane is not None:
             init.update(attach=self.dataplane.attach_args(), slot=w,
                         state=_small_state(self.router.state))
@@ -539,6 +593,10 @@ class Supervisor(Live):
                     self.neigh.resolve(oif, fam, addr, frames)
                 else:
                     self.wire["no_tx_device"] += len(frames)
+            elif cmd == "ctrl":
+                for iif, frame in msg[1]:
+                    if iif in self._sock_of:
+                        self.neigh.input(iif, frame)
             elif cmd == "used":
                 self.neigh.used(msg[1], msg[2], msg[3])
             elif cmd == "counters":
@@ -655,13 +713,29 @@ class Supervisor(Live):
         if self.dataplane is not None:
             self.dataplane.close()                    # its segments unlinked
             self.dataplane = None
+        if self.backend == "af_xdp" and getattr(self, "sysinfo", None):
+            # every worker gone: libxdp detached the program with the last
+            # socket, unless a worker was killed or it was a killed run's
+            # leftover taken over; only libxdp's default program is touched
+            xdp = io_module("af_xdp")
+            for n in self.names or ():
+                if n in self.sysinfo:
+                    xdp.detach_leftover(self.sysinfo[n]["ifindex"])
         super().close()
 
     # -- counters -------------------------------------------------------------
     def rx_ring(self):
-        """Each worker's RX ring (the control process's own is 4 blocks)."""
+        """Each worker's RX ring (the control process's own is 4 blocks);
+        None for af_xdp."""
+        if self.backend != "af_packet":
+            return None
         nr = self._worker_blocks or RX_BLOCK_NR
         return {"block_size": RX_BLOCK_SIZE, "block_nr": nr, "bytes": RX_BLOCK_SIZE * nr}
+
+    def xdp_modes(self) -> dict:
+        """af_xdp: the workers' (where the program runs, how the sockets
+        are bound), as Live's."""
+        return self.counters().get("xdp_modes", {})
 
     def counters(self) -> dict:
         if self._live_workers():
@@ -671,7 +745,7 @@ class Supervisor(Live):
             per = getattr(self, "_final", [])
         mine = super().counters()
         allc = per + self._retired
-        out = {"backend": "af_packet", "workers": len(self.workers),
+        out = {"backend": self.backend, "workers": len(self.workers),
                "worker_tables": "shared" if self.shared_tables else "own",
                "rx_ring": self.rx_ring(),
                "restarts": self.restarts,
@@ -698,6 +772,10 @@ class Supervisor(Live):
                 if k not in ("neigh_failed", "neigh_queuefull"):
                     out["wire"][k] = out["wire"].get(k, 0) + v
             out["echo_replies"] += c["echo_replies"]
+        if self.backend == "af_xdp":
+            out["xdp_modes"] = {}
+            for c in per:
+                out["xdp_modes"].update(c.get("xdp_modes", {}))
         # the control process's transmissions (ARP/ND, queued packets)
         for name, i in mine["interfaces"].items():
             d = out["interfaces"].setdefault(name, dict.fromkeys(i, 0))
