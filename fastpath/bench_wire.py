@@ -23,6 +23,9 @@ forwarded, in turn, by
 * ``fastpath-af_xdp``: ``--backend af_xdp`` (AF_XDP sockets, libxdp's
   default program in veth's driver mode, copy mode);
 * ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
+* ``fastpath-af_xdp-workersN``: AF_XDP with ``--workers N`` (each worker
+  owns its share of the veths' RX queues; asking for it gives r1 and r2,
+  and their peers, N queues each way for the whole run);
 * ``fastpath-ringM`` (also ``fastpath-workersN-ringM``): AF_PACKET with
   ``--ring-mb M`` (RX rings of M MiB instead of 32);
 * ``fastpath-workersN-own``: ``--workers N --worker-tables own`` (a Router
@@ -255,9 +258,10 @@ def _proc_cpu(pid, which=(11, 12)):
 
 
 class Topology:
-    def __init__(self):
+    def __init__(self, queues=1):
         p = f"fpb{os.getpid() % 100000}"
         self.h1, self.h2, self.r = p + "h1", p + "h2", p + "r"
+        self.queues = queues          # RX and TX queues of each veth
         self.made = []
 
     def __enter__(self):
@@ -273,8 +277,12 @@ class Topology:
         for n in (h1, h2, r):
             _sh("ip", "netns", "add", n)
             self.made.append(n)
-        _sh("ip", "-n", r, "link", "add", "r1", "type", "veth", "peer", "name", "h1e", "netns", h1)
-        _sh("ip", "-n", r, "link", "add", "r2", "type", "veth", "peer", "name", "h2e", "netns", h2)
+        q = [] if self.queues == 1 else ["numtxqueues", str(self.queues), "numrxqueues",
+                                         str(self.queues)]
+        _sh("ip", "-n", r, "link", "add", "r1", *q, "type", "veth", "peer", "name", "h1e", *q,
+            "netns", h1)
+        _sh("ip", "-n", r, "link", "add", "r2", *q, "type", "veth", "peer", "name", "h2e", *q,
+            "netns", h2)
         for h, dev, a4, a6 in ((h1, "h1e", "10.1.0.2/24", "2001:db8:1::2/64"),
                                (h2, "h2e", "10.2.0.2/24", "2001:db8:2::2/64")):
             _sh("ip", "-n", h, "addr", "add", a4, "dev", dev)
@@ -364,7 +372,7 @@ def start_forwarder(t, forwarder, batch, conf_path):
            "--ready-file", ready]
     if forwarder.endswith("bypass"):
         cmd.append("--qdisc-bypass")
-    if forwarder.endswith("af_xdp"):
+    if forwarder.endswith("af_xdp") or "-af_xdp-" in forwarder:
         cmd += ["--backend", "af_xdp"]
     w = re.search(r"-workers(\d+)", forwarder)
     if w:
@@ -595,8 +603,8 @@ def _fwname(fw):
     base, *opts = fw.split("-")
     if base != "fastpath" or not opts:
         return fw
-    words = ["fastpath, AF_PACKET"]
-    for o in opts:
+    words = ["fastpath, AF_XDP" if opts[0] == "af_xdp" else "fastpath, AF_PACKET"]
+    for o in opts[1:] if opts[0] == "af_xdp" else opts:
         m = re.fullmatch(r"(workers|ring)(\d+)", o)
         words.append(f"workers {m[2]}" if m and m[1] == "workers" else
                      f"ring {m[2]} MiB" if m else "own tables" if o == "own" else o)
@@ -658,7 +666,9 @@ def main(argv=None):
                     help="ipv4, ipv6, End, End.DX4, comma-separated, or all")
     ap.add_argument("--forwarders", default="fastpath,fastpath-af_xdp,kernel",
                     help="comma-separated: fastpath, fastpath-qdisc-bypass, fastpath-af_xdp, "
-                         "fastpath-workers2 (AF_PACKET fanout over 2 workers), kernel")
+                         "fastpath-workers2 (AF_PACKET fanout over 2 workers), "
+                         "fastpath-af_xdp-workers2 (AF_XDP, 2 workers over the RX queues), "
+                         "kernel")
     ap.add_argument("--generator", choices=("builtin", "trafgen"), default="builtin",
                     help="builtin: sendmmsg from fastpath._afpacket; trafgen: netsniff-ng's "
                          "trafgen, one process (-P 1), rate-limited with -b")
@@ -720,11 +730,14 @@ def main(argv=None):
     busy = []
     try:
         busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(a.busy)]
-        with tempfile.TemporaryDirectory() as d, Topology() as t:
+        fws = a.forwarders.split(",")
+        queues = max([int(m[1]) for fw in fws
+                      for m in [re.search(r"-af_xdp-workers(\d+)", fw)] if m] or [1])
+        doc["veth_queues"] = queues
+        with tempfile.TemporaryDirectory() as d, Topology(queues) as t:
             conf = os.path.join(d, "r.conf")
             with open(conf, "w") as f:
                 f.write(CONF)
-            fws = a.forwarders.split(",")
             for fam in fams:
                 gen_conf = None
                 if a.generator == "trafgen":

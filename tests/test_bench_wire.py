@@ -139,3 +139,23 @@ def test_sigterm_mid_run_leaves_nothing():
     assert ns == [] and tables == before
     assert _trafgens() <= gens, "a trafgen left sending"
     assert _busy_loops() <= loops, "a busy loop left running"
+
+
+def test_af_xdp_workers_forwarder(tmp_path):
+    """``fastpath-af_xdp-workers2``: the veths get two queues each way,
+    End.DX4 reaches h2 through the two AF_XDP workers, the row is named,
+    and nothing is left."""
+    pytest.importorskip("fastpath._afxdp")
+    before = _state(0)[1]
+    out = tmp_path / "x.json"
+    p = _bench("--generator", "trafgen", "--seconds", "0.4", "--runs", "1", "--scenario",
+               "End.DX4", "--forwarders", "fastpath-af_xdp-workers2", "--json", str(out))
+    so, se = p.communicate(timeout=60)
+    assert p.returncode == 0, se
+    doc = json.loads(so)
+    assert doc["veth_queues"] == 2
+    r = doc["results"]["End.DX4 fastpath-af_xdp-workers2"]
+    assert r["forwarded"] > 0, r
+    assert "| fastpath, AF_XDP, workers 2 |" in se, se
+    ns, tables = _state(p.pid)
+    assert ns == [] and tables == before
