@@ -230,6 +230,25 @@ def _nstat(ns, name):
     return 0
 
 
+def ping_both():
+    """Three pings h1 -> h2 of each family: (the IPv4 ping's result, the
+    IPv6 one's, how many echo requests of each family h2 received)."""
+    before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+    r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
+    r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
+    after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+    return r4, r6, (after[0] - before[0], after[1] - before[1])
+
+
+def check_pings(pings, err=""):
+    """ping_both's: every ping answered, and h2 saw each echo request once
+    (r's kernel, also configured as the router, forwarded none)."""
+    r4, r6, got = pings
+    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr + err
+    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr + err
+    assert got == (3, 3), got
+
+
 def check_neighbours_resolved(doc):
     """A --json run's summary after the pings: ARP and ND both ways, and
     both hosts learned on their devices in both families."""
@@ -250,16 +269,10 @@ def test_ping_through_fastpath(topo):
     p, table = _start(topo, "--json", "--neigh")
     try:
         assert table in _tables()
-        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
-        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
-        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
-        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        pings = ping_both()
     finally:
         rc, out, err = _stop(p)
-    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr
-    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr
-    # the kernel of r forwarded none of them (no duplicates at h2)
-    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    check_pings(pings, err)
     assert rc == 0 and "Traceback" not in err, err
     doc = json.loads(out)
     c = doc["counters"]

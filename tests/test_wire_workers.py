@@ -90,18 +90,13 @@ def test_ping_and_flows_through_two_workers(topo, tables):
     try:
         workers = _workers_of(p)
         assert table in _tables()
-        before = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
-        r4 = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
-        r6 = _sh(sys.executable, TOOL, "ping", "2001:db8:2::2", "3", "2", ns=H1, check=False)
-        after = (_nstat(H2, "IcmpInEchos"), _nstat(H2, "Icmp6InEchos"))
+        pings = tw.ping_both()
         _sh(sys.executable, "-c", _FLOWS, "10.2.0.2", "640", ns=H1)
         time.sleep(0.3)
     finally:
         rc, out, err = _stop(p)
     assert len(workers) == 2, workers
-    assert r4.stdout.strip() == "ok 3/3", r4.stdout + r4.stderr + err
-    assert r6.stdout.strip() == "ok 3/3", r6.stdout + r6.stderr + err
-    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)
+    tw.check_pings(pings, err)
     assert rc == 0 and "Traceback" not in err, err
     doc = json.loads(out)
     c = doc["counters"]
@@ -114,21 +109,24 @@ def test_ping_and_flows_through_two_workers(topo, tables):
     assert _shm_of([p.pid] + workers, shm) == []
 
 
-def test_worker_sigkilled_under_traffic_is_replaced(topo):
-    """A worker SIGKILLed while pings flow: the control process says so in
-    one line, starts another, the pings resume; at SIGTERM everything
-    goes (table, both generations of workers)."""
-    shm = _shm()
-    p, table = _start(topo, "--workers", "2", "--json")
+def workers_killed_under_ping(topo, *args, probe=None):
+    """Both workers of ``fastpath.run --workers 2 ARGS --json`` SIGKILLed
+    while a ping h1 -> h2 runs (its flow is on one of them): the control
+    process says so in one line each and starts others, the pings resume
+    (a second or so of loss at most).  Returns (out, the pids of the
+    control process and of every worker, what ``probe()`` gave once they
+    were replaced)."""
+    p, table = _start(topo, "--workers", "2", "--json", *args)
     try:
         workers = _workers_of(p)
         ping = subprocess.Popen(["ip", "netns", "exec", H1, sys.executable, TOOL, "ping",
                                  "10.2.0.2", "12", "1"], stdout=subprocess.PIPE, text=True)
         time.sleep(1.3)          # past a counters report (once a second)
         for w in workers:
-            os.kill(w, signal.SIGKILL)               # both: the ping's flow is on one of them
+            os.kill(w, signal.SIGKILL)
         ping_out = ping.communicate(timeout=30)[0]
         after = _workers_of(p)
+        seen = probe() if probe else None
         ok = _sh(sys.executable, TOOL, "ping", "10.2.0.2", "3", "2", ns=H1, check=False)
     finally:
         rc, out, err = _stop(p)
@@ -137,16 +135,25 @@ def test_worker_sigkilled_under_traffic_is_replaced(topo):
     assert len(died) == 2, err
     assert sorted(set(after) & set(workers)) == [] and len(after) == 2
     got = int(ping_out.split()[1].split("/")[0])
-    assert got >= 9, ping_out                         # a second or so of loss at most
+    assert got >= 9, ping_out
     assert ok.stdout.strip() == "ok 3/3", ok.stdout
+    assert json.loads(out)["counters"]["restarts"] == 2
+    assert table not in _tables()
+    assert not any(_alive(w) for w in workers + after)
+    return out, [p.pid] + workers + after, seen
+
+
+def test_worker_sigkilled_under_traffic_is_replaced(topo):
+    """A worker SIGKILLed while pings flow: the control process says so in
+    one line, starts another, the pings resume; at SIGTERM everything
+    goes (table, both generations of workers)."""
+    shm = _shm()
+    out, pids, _ = workers_killed_under_ping(topo)
     c = json.loads(out)["counters"]
-    assert c["restarts"] == 2
     # what the killed workers had counted by their last report stays in
     # the totals (the pings of the first second)
     assert c["retired_rx"] > 0, c
-    assert table not in _tables()
-    assert not any(_alive(w) for w in workers + after)
-    assert _shm_of([p.pid] + workers + after, shm) == []
+    assert _shm_of(pids, shm) == []
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "exception"])
