@@ -25,7 +25,8 @@ forwarded, in turn, by
 * ``fastpath-workersN``: AF_PACKET with ``--workers N`` (PACKET_FANOUT);
 * ``fastpath-af_xdp-workersN``: AF_XDP with ``--workers N`` (each worker
   owns its share of the veths' RX queues; asking for it gives r1 and r2,
-  and their peers, N queues each way for the whole run);
+  and their peers, N queues each way for the whole run, and trafgen then
+  sends through the qdisc path, so that the flow hash picks the queue);
 * ``fastpath-ringM`` (also ``fastpath-workersN-ringM``): AF_PACKET with
   ``--ring-mb M`` (RX rings of M MiB instead of 32);
 * ``fastpath-workersN-own``: ``--workers N --worker-tables own`` (a Router
@@ -422,6 +423,11 @@ def trial(t, fam, fp, seconds, generator, rate=None, gen_conf=None):
     if generator == "trafgen":
         cmd = ["ip", "netns", "exec", t.h1, "trafgen", "--no-sock-mem", "-i", gen_conf, "-o", "h1e",
                "-P", "1", "-C"]
+        if t.queues > 1:
+            # through the qdisc path: the kernel's flow hash then picks h1e's
+            # TX queue, and so r1's RX queue, per flow (trafgen's default
+            # PACKET_QDISC_BYPASS records its CPU as the queue: one queue)
+            cmd.append("--qdisc-path")
         if rate:
             cmd += ["-b", f"{int(rate)}pps"]
         # its own process group: trafgen forks its sender, and a SIGINT

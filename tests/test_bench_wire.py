@@ -156,6 +156,7 @@ def test_af_xdp_workers_forwarder(tmp_path):
     assert doc["veth_queues"] == 2
     r = doc["results"]["End.DX4 fastpath-af_xdp-workers2"]
     assert r["forwarded"] > 0, r
+    assert all(x > 0 for x in r["worker_rx"]), r["worker_rx"]     # the flows spread
     assert "| fastpath, AF_XDP, workers 2 |" in se, se
     ns, tables = _state(p.pid)
     assert ns == [] and tables == before
