@@ -507,9 +507,25 @@ def _best_routes(state):
 _addr_str = functools.lru_cache(maxsize=4096)(str)   # gateways repeat; addresses are immutable
 
 
-def _route_sig(r, state):
+def _route_sig(r, state, cache=None):
     """Everything of a route that its compiled entry depends on; only the
-    live nexthops take part in the multipath hash."""
+    live nexthops take part in the multipath hash.
+
+    ``cache``: a dict kept by the caller for one pass over one State (the
+    devices, their state and addresses, which the nexthops resolve
+    against, cannot change during it).  Routes without an encap that share
+    their nexthops tuple -- a feed's plain routes through one gateway do,
+    config.route._plain_route hands them one -- and their other fields get
+    one signature object: computed once, and held once by every entry
+    instead of three tuples an entry (measured: ~270 bytes a route)."""
+    if cache is not None and r.encap is None:
+        ck = (id(r.nexthops), r.type, r.metric, r.src, r.mtu, r.hoplimit)
+        hit = cache.get(ck)
+        if hit is not None and hit[0] is r.nexthops:
+            return hit[1]
+        sig = _route_sig(r, state)
+        cache[ck] = (r.nexthops, sig)          # (holds the tuple: its id stays its own)
+        return sig
     nhs = []
     for nh in r.nexthops:
         if len(r.nexthops) > 1 and not _live(nh, state):
@@ -628,8 +644,9 @@ def compile_tables(state, old: Tables | None = None, defer_lpm: bool = False) ->
         if r.type == "throw":
             t.throw_count[k[:2]] = t.throw_count.get(k[:2], 0) + 1
     t.throw_tables = set(t.throw_count)
+    sigs = {}
     for k, r in best.items():
-        sig = _route_sig(r, state)
+        sig = _route_sig(r, state, sigs)
         cur = t.entries.get(k)
         if cur is not None and cur.sig == sig:
             new_entries[k] = _Entry(cur.dst, r, sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
@@ -1075,6 +1092,7 @@ def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> lis
     of every route through a device (or gateway) whose state or addresses
     changed -- an unchanged route's signature is then computed again."""
     ops = []
+    sigs = {}
     for k in prefixes:
         r = _best_of(state, k)
         cur = t.entries.get(k)
@@ -1084,7 +1102,7 @@ def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> lis
             continue
         if cur is not None and cur.route is r and not devices_changed:
             continue
-        sig = _route_sig(r, state)
+        sig = _route_sig(r, state, sigs)
         if cur is not None and cur.sig == sig:
             ops.append(("keep", k, r, sig))
             continue

@@ -218,6 +218,9 @@ def _v4_user_local(r) -> bool:
     return r.family == 4 and r.type == "local" and r.proto != "kernel"
 
 
+_ONE_METRIC: dict = {}          # metric -> (metric,): RouteTable._pfx's common value
+
+
 class RouteTable(dict):
     """``State.routes``: a dict (key -> Route) that keeps, as it changes,
     the indexes a change needs (so that no change walks every route): the
@@ -288,7 +291,16 @@ class RouteTable(dict):
         if old is None:
             p = k[:3]
             ms = self._pfx.get(p)
-            self._pfx[p] = (k[3],) if ms is None else ms + (k[3],)
+            if ms is None:
+                # one metric: a shared 1-tuple per metric value (a feed's
+                # prefixes have one each; ~90 bytes a route otherwise)
+                ms = _ONE_METRIC.get(k[3])
+                if ms is None:
+                    ms = _ONE_METRIC.setdefault(k[3], (k[3],)) if len(_ONE_METRIC) < 4096 \
+                        else (k[3],)
+                self._pfx[p] = ms
+            else:
+                self._pfx[p] = ms + (k[3],)
             if k[0] == 6 and _holds_strict(k[2]):
                 self._strict[k] = None
         elif _v4_user_local(old):
