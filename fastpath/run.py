@@ -59,8 +59,10 @@ def main(argv=None) -> int:
                     help="af_xdp: where the XDP program runs (auto: driver mode, zero copy if "
                          "offered, else copy; else generic skb mode)")
     ap.add_argument("--workers", type=int, default=None, metavar="N",
-                    help="af_packet: N worker processes, each interface spread over them by "
-                         "PACKET_FANOUT_HASH; this process keeps ARP/ND and the configuration")
+                    help="N worker processes, each interface spread over them by "
+                         "PACKET_FANOUT_HASH (af_packet) or by RX queue, queue q to worker "
+                         "q mod N (af_xdp: each interface needs N queues); this process keeps "
+                         "ARP/ND and the configuration")
     ap.add_argument("--worker-tables", choices=("shared", "own"), default="shared",
                     help="with --workers: one copy of the tables in shared memory, updated in "
                          "place under RCU (default), or a Router compiled in each worker")
