@@ -308,7 +308,18 @@ def gc_paused():
     next (a full feed, 1.2M routes, 8.5M objects: a later batch of 1000
     replaces took 1.7 s instead of 0.03).  So a block that left more than
     ``_GC_AFTER`` new objects ends with one full collection, here, as part
-    of the load that made them."""
+    of the load that made them.
+
+    In a process that is fastpath's own (``python -m fastpath.run`` and its
+    workers: ``freeze_after_loads()``) it ends with ``gc.freeze()``
+    instead: every object alive then is left out of every later pass (no
+    walk at all, where the full collection holds the interpreter lock for
+    ~0.25 s per 100k routes -- a reload's forwarding gap).  What is frozen
+    is still freed by reference counting when dropped; only a reference
+    cycle among frozen objects would stay, and a configuration's objects
+    make none (a dropped Router or State leaves gc.collect() nothing:
+    tests/test_plain_routes.py).  Not the default for a library: a freeze
+    takes the embedding program's objects out of the collector too."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -317,10 +328,21 @@ def gc_paused():
         if was:
             gc.enable()
             if gc.get_count()[0] > _GC_AFTER:
-                gc.collect()
+                if _FREEZE:
+                    gc.freeze()
+                else:
+                    gc.collect()
 
 
 _GC_AFTER = 200_000        # objects: about 25k routes' worth
+_FREEZE = False
+
+
+def freeze_after_loads() -> None:
+    """gc_paused's blocks end with gc.freeze() in this process (see there):
+    for fastpath's own processes, whose objects are all its own."""
+    global _FREEZE
+    _FREEZE = True
 
 
 def parse_config(text, state: State | None = None) -> State:

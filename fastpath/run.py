@@ -292,4 +292,6 @@ def _report(live, args, elapsed, sig):
 
 
 if __name__ == "__main__":
+    from .router import freeze_after_loads
+    freeze_after_loads()            # (this process is ours: see router.gc_paused)
     sys.exit(main())

@@ -196,3 +196,31 @@ def test_a_large_configure_leaves_no_young_garbage_pass():
     gc.collect()
     r.configure("route add 30.0.0.0/24 via 10.0.1.2 dev eth0\n")
     assert young() > 0                              # (left for the collector's own pace)
+
+
+def test_frozen_after_a_load_and_still_freed(monkeypatch):
+    """In fastpath's own processes (router.freeze_after_loads) a large
+    configure ends with gc.freeze() instead of a collection: its objects
+    are out of every later pass, and dropping the Router still frees them
+    (reference counting: a configuration makes no cycles)."""
+    import gc
+    from fastpath import router as R
+    if not gc.isenabled():
+        pytest.skip("the collector is disabled in this process")
+    monkeypatch.setattr(R, "_FREEZE", True)
+    n = R._GC_AFTER // 6
+    big = "".join(f"route add 20.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/32 via 10.0.1.2 "
+                  "dev eth0\n" for i in range(n))
+    gc.unfreeze()
+    gc.collect()
+    try:
+        r = Router()
+        r.configure("ip addr add 10.0.1.1/24 dev eth0\n")
+        r.configure(big)
+        frozen = gc.get_freeze_count()
+        assert frozen > 5 * n, frozen
+        del r
+        assert frozen - gc.get_freeze_count() > 5 * n     # freed though frozen
+        assert gc.collect() == 0                           # and nothing cyclic left over
+    finally:
+        gc.unfreeze()

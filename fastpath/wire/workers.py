@@ -784,6 +784,8 @@ class Supervisor(Live):
 
 
 def _main():
+    from ..router import freeze_after_loads
+    freeze_after_loads()            # (this process is ours: see router.gc_paused)
     try:
         return worker_main(int(sys.argv[1]))
     except Exception as e:                # one line; the control process restarts us
