@@ -519,22 +519,40 @@ def _ip_checksum(hdr: bytes) -> int:
     return ~s & 0xFFFF
 
 
-def ip_options_fragment(hdr: bytearray) -> None:
-    """ip_options_fragment(): the options not copied into fragments (the
-    copied flag, 0x80, clear: RR, timestamps) overwritten with NOPs."""
-    k, end = 20, (hdr[0] & 0x0F) * 4
+def ip4_options(hdr, end: int):
+    """The options of an IPv4 header (from byte 20 up to ``end``, the
+    header length) that have a length byte: (offset, type, length) each,
+    in order, until an EOL; NOPs skipped.  ValueError at an option whose
+    length byte is missing, below 2 or runs past ``end`` (what
+    __ip_options_compile refuses).  The length is read before the option
+    is yielded: a caller may overwrite it (ip_options_fragment does).
+    (The datapath's own walk is ip4_options_compile, in
+    pyx/datapath/ip4_options.pxi.)"""
+    k = 20
     while k < end:
-        if hdr[k] == 0:              # IPOPT_END
+        t = hdr[k]
+        if t == 0:                   # IPOPT_END
             return
-        if hdr[k] == 1:              # IPOPT_NOOP
+        if t == 1:                   # IPOPT_NOOP
             k += 1
             continue
         if k + 1 >= end or hdr[k + 1] < 2 or hdr[k + 1] > end - k:
-            return
+            raise ValueError(f"IPv4 option at {k}: bad length")
         n = hdr[k + 1]
-        if not hdr[k] & 0x80:
-            hdr[k:k + n] = b"\x01" * n
+        yield k, t, n
         k += n
+
+
+def ip_options_fragment(hdr: bytearray) -> None:
+    """ip_options_fragment(): the options not copied into fragments (the
+    copied flag, 0x80, clear: RR, timestamps) overwritten with NOPs (up to
+    a malformed one, left as it is)."""
+    try:
+        for k, t, n in ip4_options(hdr, (hdr[0] & 0x0F) * 4):
+            if not t & 0x80:
+                hdr[k:k + n] = b"\x01" * n
+    except ValueError:
+        pass
 
 
 def ip_fragment(pkt: bytes, mtu: int) -> list:

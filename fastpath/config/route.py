@@ -296,8 +296,9 @@ class RouteTable(dict):
                 # prefixes have one each; ~90 bytes a route otherwise)
                 ms = _ONE_METRIC.get(k[3])
                 if ms is None:
-                    ms = _ONE_METRIC.setdefault(k[3], (k[3],)) if len(_ONE_METRIC) < 4096 \
-                        else (k[3],)
+                    ms = (k[3],)
+                    if len(_ONE_METRIC) < 4096:
+                        _ONE_METRIC[k[3]] = ms
                 self._pfx[p] = ms
             else:
                 self._pfx[p] = ms + (k[3],)

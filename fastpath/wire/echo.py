@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 import time
 
+from ..router import ip4_options
 from .neigh import _csum, icmp6_checksum
 
 
@@ -62,21 +63,14 @@ def echo_options4(pkt: bytes, ihl: int, nonunicast4):
     hand, is ip4_options_echo in pyx/datapath/ip4_options.pxi.)
     ``nonunicast4(addr4)``: inet_addr_type(addr) != RTN_UNICAST."""
     rr = ts = None
-    off = 20
-    while off < ihl:
-        t = pkt[off]
-        if t == 0:
-            break
-        if t == 1:
-            off += 1
-            continue
-        if off + 1 >= ihl or pkt[off + 1] < 2 or off + pkt[off + 1] > ihl:
-            return None                       # input would have refused it
-        if t == 7 and rr is None:
-            rr = off
-        elif t == 68 and ts is None:
-            ts = off
-        off += pkt[off + 1]
+    try:
+        for off, t, _n in ip4_options(pkt, ihl):
+            if t == 7 and rr is None:
+                rr = off
+            elif t == 68 and ts is None:
+                ts = off
+    except ValueError:
+        return None                           # input would have refused it
     out = bytearray()
     fill = []
     if rr is not None:

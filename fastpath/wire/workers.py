@@ -332,12 +332,8 @@ class Supervisor(Live):
         control process's Dataplane (the default); False: each compiles
         its own Router from the configuration text (the way before, kept
         to compare with)."""
-        # af_xdp: each worker binds AF_XDP sockets to its share of every
-        # device's RX queues (queue q to worker q mod N; libxdp's one default
-        # program, shared, redirects each queue to its socket) and hands the
-        # ARP/ND frames it gets to this process, which sends from AF_PACKET
-        # sockets; the nftables drop stays (it catches what XDP passes to
-        # the stack while a queue has no socket: a worker being restarted)
+        # (af_xdp too: the workers bind their share of the RX queues, the
+        # module docstring's "AF_XDP")
         # the control process's sockets see only ARP/ND: a small ring; the
         # workers' rings are Live's (block_nr, when given, is theirs)
         self._worker_blocks = kw.pop("block_nr", None)
@@ -411,16 +407,16 @@ class Supervisor(Live):
             used.add(g)
             self.groups[n] = g
         self.workers = [None] * self.nworkers
-        if self.backend == "af_xdp":
-            # one at a time: two processes whose first sockets load
-            # libxdp's program on the same device at once race, and the
-            # loser's bind fails with EBUSY (seen with --worker-tables own)
-            for w in range(self.nworkers):
-                self._spawn(w)
+        # af_xdp: one at a time (two processes whose first sockets load
+        # libxdp's program on the same device at once race, and the loser's
+        # bind fails with EBUSY: seen with --worker-tables own); else all
+        # started, then awaited
+        serial = self.backend == "af_xdp"
+        for w in range(self.nworkers):
+            self._spawn(w)
+            if serial:
                 self._await_ready(self.workers[w])
-        else:
-            for w in range(self.nworkers):
-                self._spawn(w)
+        if not serial:
             for w in range(self.nworkers):
                 self._await_ready(self.workers[w])
         self._broadcast_neigh(full=True)
@@ -430,16 +426,16 @@ class Supervisor(Live):
         with fewer queues than workers is refused (a worker without a
         queue there would get none of its traffic)."""
         xdp = io_module("af_xdp")
-        for n in self.names:
-            nq = xdp.rx_queues(n)
+        nqs = {n: xdp.rx_queues(n) for n in self.names}
+        for n, nq in nqs.items():
             if nq < self.nworkers:
                 raise LiveError(
                     f"--workers {self.nworkers} with --backend af_xdp: {n} has {nq} RX "
                     f"queue{'s' if nq != 1 else ''} (one AF_XDP socket per queue, each "
                     f"owned by one worker; a veth: ip link add ... numrxqueues "
                     f"{self.nworkers} type veth peer ... numtxqueues {self.nworkers})")
-        self.queues = {w: {n: [q for q in range(xdp.rx_queues(n)) if q % self.nworkers == w]
-                           for n in self.names} for w in range(self.nworkers)}
+        self.queues = {w: {n: list(range(w, nq, self.nworkers)) for n, nq in nqs.items()}
+                       for w in range(self.nworkers)}
 
     def _spawn(self, w):
         parent, child = socket.socketpair()
