@@ -397,7 +397,7 @@ def _apply_config(st, tables, text, defer_lpm):
     except BaseException:
         st.rollback(saved)
         raise
-    st.commit()
+    st.commit(report=False)
     if ops is not None:
         update_tables(tables, st, ops, None if env_changed else prefixes, defer_lpm=defer_lpm,
                       small=small)

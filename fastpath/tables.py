@@ -11,6 +11,7 @@ that changed.
 """
 from __future__ import annotations
 
+import array
 import functools
 import ipaddress
 import operator
@@ -140,6 +141,13 @@ class _Entry:
     blob: tuple = (0, 0)          # (offset, length) of its SRH template
 
 
+def _index_stack(top: int, below: int):
+    """The free route-entry indexes ``top`` down to ``below`` + 1, popped
+    from the end (lowest first): 8 bytes each in an ``array`` where a list
+    held an int object and its pointer (~36 bytes) per free entry."""
+    return array.array("q", range(top, below, -1))
+
+
 class _Pool:
     """Ranges of a growing array handed out and given back: first fit among
     the freed ranges of the same length, else the end.  Indexes stay valid
@@ -189,7 +197,7 @@ class Tables:
     # automatic route): (family, table, network, metric, devices) -> _Entry
     strict_entries: dict = field(default_factory=dict)
     strict6: np.ndarray = None                       # STRICT_DTYPE rows (see _strict_rows)
-    free_dsts: list = field(default_factory=list)
+    free_dsts: array.array = field(default_factory=lambda: array.array("q"))
     ifnames: dict = field(default_factory=dict)      # ifindex -> name
     ifindex: dict = field(default_factory=dict)      # name -> ifindex
     s6l: np.ndarray = None                           # seg6local parameters (S6L_DTYPE)
@@ -283,7 +291,7 @@ class Tables:
 
     def _init_reserved(self):
         if not self.free_dsts:
-            self.free_dsts = list(range(len(self.dsts) - 1, DST_FIRST_ROUTE - 1, -1))
+            self.free_dsts = _index_stack(len(self.dsts) - 1, DST_FIRST_ROUTE - 1)
 
     # ------------------------------------------------------------------
     def _alloc_dst(self) -> int:
@@ -294,7 +302,7 @@ class Tables:
             old = len(self.dsts)
             self.dsts = self._grown(self.dsts, 2 * old)
             self.dfast = self._grown(self.dfast, 2 * old)
-            self.free_dsts = list(range(2 * old - 1, old - 1, -1))
+            self.free_dsts = _index_stack(2 * old - 1, old - 1)
         return self.free_dsts.pop()
 
     def mark_dead(self, dsts):

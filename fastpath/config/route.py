@@ -236,13 +236,13 @@ class RouteTable(dict):
 
     def __init__(self, items=()):
         super().__init__()
-        self._pfx = {}            # (family, table, prefix) -> tuple of metrics
+        self._pfx = {}            # (family, table) -> {prefix: tuple of metrics}
         self._strict = {}         # route keys holding strict destinations, dict order
         self.v4_local_user = 0
         self._by_dev = {}         # device name -> keys of the routes with a nexthop on it
         self._by_gw = {}          # gateway -> keys of the routes with it as a nexthop without dev
         self._tx = None           # key -> [route or _GONE, moved], in order
-        self._txpfx = None        # (family, table, prefix) -> metrics touched
+        self._txpfx = None        # (family, table, prefix) -> metric, or set of metrics, added
         for k, v in (items.items() if isinstance(items, dict) else items):
             self._base_set(k, v)
 
@@ -254,7 +254,7 @@ class RouteTable(dict):
             raise RuntimeError("RouteTable.copy() during a transaction")
         new = RouteTable()
         dict.update(new, self)
-        new._pfx = dict(self._pfx)
+        new._pfx = {ft: dict(d) for ft, d in self._pfx.items()}
         new._strict = dict(self._strict)
         new.v4_local_user = self.v4_local_user
         new._by_dev = {d: set(v) for d, v in self._by_dev.items()}
@@ -289,8 +289,13 @@ class RouteTable(dict):
         if r.nexthops:
             self._index_nexthops(k, r, True)
         if old is None:
-            p = k[:3]
-            ms = self._pfx.get(p)
+            # (per (family, table), then per prefix: the prefix object is
+            # the inner key, not a (family, table, prefix) tuple -- 64
+            # bytes a route)
+            ft = self._pfx.get(k[:2])
+            if ft is None:
+                ft = self._pfx[k[:2]] = {}
+            ms = ft.get(k[2])
             if ms is None:
                 # one metric: a shared 1-tuple per metric value (a feed's
                 # prefixes have one each; ~90 bytes a route otherwise)
@@ -299,9 +304,9 @@ class RouteTable(dict):
                     ms = (k[3],)
                     if len(_ONE_METRIC) < 4096:
                         _ONE_METRIC[k[3]] = ms
-                self._pfx[p] = ms
+                ft[k[2]] = ms
             else:
-                self._pfx[p] = ms + (k[3],)
+                ft[k[2]] = ms + (k[3],)
             if k[0] == 6 and _holds_strict(k[2]):
                 self._strict[k] = None
         elif _v4_user_local(old):
@@ -313,12 +318,14 @@ class RouteTable(dict):
         old = dict.pop(self, k)
         if old.nexthops:
             self._index_nexthops(k, old, False)
-        p = k[:3]
-        ms = tuple(m for m in self._pfx[p] if m != k[3])
+        ft = self._pfx[k[:2]]
+        ms = tuple(m for m in ft[k[2]] if m != k[3])
         if ms:
-            self._pfx[p] = ms
+            ft[k[2]] = ms
         else:
-            del self._pfx[p]
+            del ft[k[2]]
+            if not ft:
+                del self._pfx[k[:2]]
         self._strict.pop(k, None)
         if _v4_user_local(old):
             self.v4_local_user -= 1
@@ -352,7 +359,18 @@ class RouteTable(dict):
                 tx[k] = [r, False]
             else:
                 tx[k] = [r, True]
-                self._txpfx.setdefault(k[:3], set()).add(k[3])
+                # (one metric per prefix, the common case, as the int
+                # itself: a set per new prefix was ~220 bytes a route of a
+                # load's peak)
+                p = k[:3]
+                txp = self._txpfx
+                m = txp.get(p)
+                if m is None:
+                    txp[p] = k[3]
+                elif type(m) is set:
+                    m.add(k[3])
+                elif m != k[3]:
+                    txp[p] = {m, k[3]}
         elif v[0] is _GONE:          # re-inserted: to the end, as a dict does
             del tx[k]
             tx[k] = [r, True]
@@ -380,9 +398,14 @@ class RouteTable(dict):
     def prefix_routes(self, family: int, table: int, prefix) -> list:
         """The routes of one (family, table, prefix), any metric."""
         p = (family, table, prefix)
-        ms = set(self._pfx.get(p, ()))
+        ft = self._pfx.get(p[:2])
+        ms = set(ft.get(prefix, ())) if ft is not None else set()
         if self._tx is not None:
-            ms |= self._txpfx.get(p, set())
+            m = self._txpfx.get(p)
+            if type(m) is set:
+                ms |= m
+            elif m is not None:
+                ms.add(m)
         out = []
         for m in ms:
             r = self.get(p + (m,))
@@ -433,9 +456,10 @@ class RouteTable(dict):
                 out.append((k, old, new))
         return out
 
-    def commit(self) -> list:
-        """Apply the open transaction; returns ``pending()``."""
-        changed = self.pending()
+    def commit(self, report: bool = True) -> list:
+        """Apply the open transaction; returns ``pending()`` (None with
+        ``report=False``)."""
+        changed = self.pending() if report else None
         tx, self._tx, self._txpfx = self._tx, None, None
         for k, (v, moved) in tx.items():
             if v is _GONE:

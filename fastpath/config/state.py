@@ -156,14 +156,16 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         on the first wrong one; the caller then calls ``rollback``."""
         self._run(text)
 
-    def commit(self) -> list:
+    def commit(self, report: bool = True) -> list:
         """End the transaction: (route key, before, after) of the routes it
-        changed (None: absent), see RouteTable.pending."""
+        changed (None: absent), see RouteTable.pending; None with
+        ``report=False`` (a caller that took ``pending()`` already: a
+        second list of a load's every route is not built)."""
         if self._addrc is not None:
             self._addrc_kept = (self.interfaces, self._addrc, self._plainc)
         self._addrc = self._plainc = None
         self._cow = False
-        return self.routes.commit()
+        return self.routes.commit(report)
 
     def rollback(self, saved):
         """Undo everything since ``begin`` (which returned ``saved``)."""
