@@ -224,3 +224,32 @@ def test_frozen_after_a_load_and_still_freed(monkeypatch):
         assert gc.collect() == 0                           # and nothing cyclic left over
     finally:
         gc.unfreeze()
+
+
+def _prefix_tokens():
+    v4 = st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 40)).map(
+        lambda t: f"{t[0] >> 24}.{t[0] >> 16 & 255}.{t[0] >> 8 & 255}.{t[0] & 255}/{t[1]}")
+    v4m = st.tuples(st.integers(0, 2**24 - 1), st.integers(0, 32)).map(
+        lambda t: f"{t[0] >> 16}.{t[0] >> 8 & 255}.{t[0] & 255}.0/{t[1]}")
+    v6 = st.tuples(st.integers(0, 2**128 - 1), st.integers(0, 140)).map(
+        lambda t: f"{__import__('ipaddress').IPv6Address(t[0])}/{t[1]}")
+    odd = st.sampled_from(("default", "all", "10.0.0.0", "10.0.0.0/", "10.0.0.0/024",
+                           "10.0.0.0/+8", "10.0.0.0/٨", "10.0.0/8", "010.0.0.0/8", "10.0.0.0/8/8",
+                           "fe80::1%eth0/64", "::ffff:1.2.3.4/96", "::/0", "0.0.0.0/0",
+                           "1.2.3.4.5/32", "2001:db8::/0048", " 10.0.0.0/8", "2001:db8::g/48"))
+    return st.one_of(v4, v4m, v6, odd, st.text(max_size=20))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_prefix_tokens(), st.sampled_from((None, 4, 6)))
+def test_plain_prefix_is_parse_prefix(tok, fam):
+    """The lane's prefix parse (lexer._plain_prefix) gives _parse_prefix's
+    network, or leaves the token to it: never another answer."""
+    from fastpath.config.lexer import _parse_prefix, _plain_prefix
+    got = _plain_prefix(tok, fam)
+    if got is None:
+        return
+    a, _n, net = _parse_prefix(tok, fam)        # (raises if the lane took a bad one)
+    assert got == (a.version, net) and type(got[1]) is type(net)
+    assert got[1].prefixlen == net.prefixlen and hash(got[1]) == hash(net)
+    assert a.version == 6 or net.network_address == a     # (IPv4: no host bits)

@@ -28,6 +28,8 @@ def _split_line(s: str) -> list:
     """Shell-like word splitting with ``#`` comments at the start of a word."""
     if not _SPECIAL_CHARS.search(s):
         toks = s.split()
+        if "#" not in s:
+            return toks
         for i, t in enumerate(toks):
             if t.startswith("#"):
                 return toks[:i]
@@ -305,6 +307,38 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
     # and the masked integer: an address object with strict=False costs 7x)
     v = int(a) & (((1 << maxlen) - 1) ^ ((1 << (maxlen - n)) - 1))
     return a, n, _net_of(_Net4 if a.version == 4 else _Net6, v, n)
+
+
+def _plain_prefix(tok: str, fam: Optional[int]):
+    """(family, masked network) of an ``ADDRESS/LENGTH`` token as a route
+    feed writes it -- an IPv4 prefix without host bits, an IPv6 one (its
+    host bits masked, as _parse_prefix does) -- or None for anything else,
+    which is _parse_prefix's to answer (default, no length, a scope, a
+    family other than ``fam``, an error).  The same network _parse_prefix
+    gives, without its address object, its checks' regular expressions and
+    its error handling: a third of a feed line's parse."""
+    addr, sep, plen = tok.partition("/")
+    if not sep or not plen.isdigit() or not plen.isascii() or len(plen) > 3:
+        return None
+    n = int(plen)
+    if ":" in addr:
+        if fam == 4 or n > 128:
+            return None
+        try:
+            b = socket.inet_pton(socket.AF_INET6, addr)
+        except OSError:
+            return None
+        return 6, _net_of(_Net6, int.from_bytes(b, "big") & ~((1 << (128 - n)) - 1), n)
+    if fam == 6 or n > 32 or addr.count(".") != 3:
+        return None
+    try:
+        b = socket.inet_pton(socket.AF_INET, addr)
+    except OSError:
+        return None
+    v = int.from_bytes(b, "big")
+    if v & ((1 << (32 - n)) - 1):
+        return None                     # host bits: the general path's error
+    return 4, _net_of(_Net4, v, n)
 
 
 def _parse_mac(tok: str) -> bytes:

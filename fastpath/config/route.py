@@ -16,7 +16,7 @@ from .objects import (IPAddress, Nexthop, REJECT_TYPES, Route, ROUTE_TYPES, RT_P
                       RT_TABLE_LOCAL, RT_TABLE_MAIN, _LOCAL_TABLE_TYPES, _PROTO_BY_NAME,
                       _SCOPE_BY_NAME)
 from .lexer import (_check_ifname, _Cur, _fam_name, _int, _matches, _Net4, _num, _parse_addr,
-                    _parse_prefix, _table, _table_str)
+                    _parse_prefix, _plain_prefix, _table, _table_str)
 from .lwtunnel import Seg6Encap, Seg6Local, _build_seg6local, _parse_seg6, _parse_seg6local
 
 
@@ -590,16 +590,10 @@ class _RouteCommands:
                 return False
         if via is None:
             return False
-        try:
-            p = _parse_prefix(args[1], fam)
-        except ConfigError:
-            return False
+        p = _plain_prefix(args[1], fam)
         if p is None:
             return False
-        a, _plen, net = p
-        rfam = a.version
-        if rfam == 4 and net.network_address != a:
-            return False
+        rfam, net = p
         c = self.__dict__.get("_plainc")
         if c is None:
             return False                     # (outside a transaction)

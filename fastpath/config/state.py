@@ -93,11 +93,30 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         return new
 
     def _run(self, text: str):
+        plain = self._plain_route
         for lineno, line in _logical_lines(text):
             try:
                 toks = _split_line(line)
-                if toks:
-                    self._exec(toks)
+                if not toks:
+                    continue
+                # a route feed's line (``[ip [-4|-6]] route add|replace
+                # ...``) straight to the plain lane, past the dispatch
+                # _exec -> _ip -> _ip_route would make to get there; a
+                # line it refuses (having changed nothing) goes that way
+                t0 = toks[0]
+                if t0 == "route":
+                    if len(toks) > 1 and toks[1] in ("add", "replace") and plain(None, toks[1:]):
+                        continue
+                elif t0 == "ip" and len(toks) > 2:
+                    t1 = toks[1]
+                    if t1 == "route":
+                        if toks[2] in ("add", "replace") and plain(None, toks[2:]):
+                            continue
+                    elif (t1 == "-6" or t1 == "-4") and toks[2] == "route" and len(toks) > 3:
+                        if toks[3] in ("add", "replace") and plain(6 if t1 == "-6" else 4,
+                                                                   toks[3:]):
+                            continue
+                self._exec(toks)
             except ConfigError as e:
                 if e.line is None:
                     raise ConfigError(e.message, lineno, e.token) from None
