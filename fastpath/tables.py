@@ -62,7 +62,7 @@ DST_DTYPE = _rec([
     ("hoplimit", "u1", 25), ("plen", "u1", 26), ("mtu", "<u4", 28), ("metric", "<u4", 32),
     ("prefsrc", "16u1", 36), ("lastuse", "<u4", 52), ("use", "<u8", 56)], 64)
 _ZERO_DST = np.zeros(1, dtype=DST_DTYPE)[0]
-# DST_DTYPE packed in one go (_install: one store of the record instead of
+# DST_DTYPE packed in one go (_write_entry: one store of the record instead of
 # a numpy field assignment per field)
 _DST_PACK = struct.Struct("<iIBBBBIIIBBBxII16sIQ")
 assert _DST_PACK.size == DST_DTYPE.itemsize
@@ -676,8 +676,7 @@ def compile_tables(state, old: Tables | None = None, defer_lpm: bool = False) ->
         # changes, the caller compiles its state before back
         raise ValueError(f"route table full: {len(changed) + len(schanged)} new route entries, "
                          f"{len(t.free_dsts)} free of {t.max_dsts} (raise max_routes)")
-    for e in [new_entries[k] for k in changed] + [new_strict[k] for k in schanged]:
-        _install(t, e)
+    _install_all(t, [new_entries[k] for k in changed] + [new_strict[k] for k in schanged])
     t.retired.extend(retired)
     t.nhs = t.nh_arr[:max(t.nh_pool.end, 1)]
     # --- LPMs: removed prefixes first, then the new entries (a replaced
@@ -816,21 +815,49 @@ def _install(t: Tables, e: _Entry) -> None:
     """Allocate and write the route entry (and nexthop rows) of a new
     _Entry (the entry's generation kept; its encap index is set by
     _compile_seg6local)."""
-    r = e.route
+    _alloc_entry(t, e)
+    _write_entry(e, memoryview(t.dsts.view(np.uint8)))
+
+
+def _install_all(t: Tables, entries) -> None:
+    """_install of each of ``entries``, in order: all allocated first (a
+    growth replaces the entries' array), then written through one view of
+    it -- not a view and a packed copy per entry."""
+    if len(entries) < 16:
+        for e in entries:
+            _install(t, e)
+        return
+    for e in entries:
+        _alloc_entry(t, e)
+    mv = memoryview(t.dsts.view(np.uint8))
+    for e in entries:
+        _write_entry(e, mv)
+
+
+def _alloc_entry(t: Tables, e: _Entry) -> None:
     sig_nhs = e.sig[2]
     e.dst = t._alloc_dst()
     e.nh_count = len(sig_nhs)
     e.nh_first = t._alloc_nexthops(sig_nhs)
-    mv = memoryview(t.dsts.view(np.uint8))
+
+
+def _write_entry(e: _Entry, mv: memoryview) -> None:
+    """The record of an allocated entry, written into ``mv`` (the bytes of
+    Tables.dsts), its generation kept."""
+    r = e.route
     off = e.dst * _DST_PACK.size
     gen = int.from_bytes(mv[off + 4:off + 8], "little")
-    src = r.src.packed.ljust(16, b"\0") if r.src is not None else bytes(16)
-    flags = DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
-    mv[off:off + _DST_PACK.size] = _DST_PACK.pack(
+    src = r.src.packed.ljust(16, b"\0") if r.src is not None else _NO_SRC
+    flags = DSTF_GATEWAY if any(g for (g, _, _, _) in e.sig[2]) else 0
+    _DST_PACK.pack_into(
+        mv, off,
         1,                           # refcnt: the FIB's own reference
         gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
         _encap_type(r.encap), r.hoplimit or 0, r.prefix.prefixlen, r.mtu or 0, r.metric, src,
         0, 0)
+
+
+_NO_SRC = bytes(16)
 
 
 def _fast_word(e: _Entry) -> int:
@@ -1176,8 +1203,7 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
     for e in sretired:
         t.dst_routes.pop(e.dst, None)
     made_entries = [e for _k, e in made] + [new_strict[k] for k in schanged]
-    for e in made_entries:
-        _install(t, e)
+    _install_all(t, made_entries)
     retired += sretired
     t.retired.extend(retired)
     t.strict_entries = new_strict
