@@ -471,9 +471,12 @@ def _usable(route, state) -> bool:
     """A route all of whose nexthops are dead is skipped by the lookup (the
     kernel flushes or marks such routes); routes without nexthops (local,
     blackhole, ...) always are."""
-    if not route.nexthops or route.type == "local":
+    nhs = route.nexthops
+    if not nhs or route.type == "local":
         return True            # a local route answers whatever its device's state
-    return any(_live(nh, state) for nh in route.nexthops)
+    if len(nhs) == 1:
+        return _live(nhs[0], state)
+    return any(_live(nh, state) for nh in nhs)
 
 
 def _resolve_dev(state, gw):

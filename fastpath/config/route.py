@@ -281,8 +281,8 @@ class RouteTable(dict):
                     del d[key]
 
     # -- the dict itself, indexes kept ------------------------------------
-    def _base_set(self, k, r):
-        old = dict.get(self, k)
+    def _base_set(self, k, r, new: bool = False):
+        old = None if new else dict.get(self, k)
         dict.__setitem__(self, k, r)
         if old is not None and old.nexthops:
             self._index_nexthops(k, old, False)
@@ -309,9 +309,9 @@ class RouteTable(dict):
                 ft[k[2]] = ms + (k[3],)
             if k[0] == 6 and _holds_strict(k[2]):
                 self._strict[k] = None
-        elif _v4_user_local(old):
+        elif old.type == "local" and _v4_user_local(old):
             self.v4_local_user -= 1
-        if _v4_user_local(r):
+        if r.type == "local" and _v4_user_local(r):
             self.v4_local_user += 1
 
     def _base_del(self, k):
@@ -359,18 +359,7 @@ class RouteTable(dict):
                 tx[k] = [r, False]
             else:
                 tx[k] = [r, True]
-                # (one metric per prefix, the common case, as the int
-                # itself: a set per new prefix was ~220 bytes a route of a
-                # load's peak)
-                p = k[:3]
-                txp = self._txpfx
-                m = txp.get(p)
-                if m is None:
-                    txp[p] = k[3]
-                elif type(m) is set:
-                    m.add(k[3])
-                elif m != k[3]:
-                    txp[p] = {m, k[3]}
+                self._tx_metric(k)
         elif v[0] is _GONE:          # re-inserted: to the end, as a dict does
             del tx[k]
             tx[k] = [r, True]
@@ -395,13 +384,85 @@ class RouteTable(dict):
 
     setdefault = update = clear = popitem = pop
 
+    def _tx_metric(self, k):
+        """A key new to the dict written in the transaction: its metric
+        noted under its prefix (for prefix_routes) -- one metric per
+        prefix, the common case, as the int itself: a set per new prefix
+        was ~220 bytes a route of a load's peak."""
+        p = k[:3]
+        txp = self._txpfx
+        m = txp.get(p)
+        if m is None:
+            txp[p] = k[3]
+        elif type(m) is set:
+            m.add(k[3])
+        elif m != k[3]:
+            txp[p] = {m, k[3]}
+
+    def put_plain(self, k, add: bool, nhs: tuple, proto: str, scope) -> bool:
+        """_RouteCommands._plain_route's write, during a transaction: the
+        unicast Route of key ``k`` through ``nhs``, stored as ``k in self``
+        then ``self[k] = route`` would (False, nothing changed, for an
+        ``add`` of a key that exists) with one lookup of the overlay and
+        one of the dict, not four.  A replaced route's prefix object is
+        kept for the new one: every later lookup of this change -- the
+        indexes, the delta, the compiled entries -- then matches it by
+        identity, not by a Python-level __eq__."""
+        tx = self._tx
+        if tx is None:                   # (outside a transaction: the plain way)
+            old = dict.get(self, k)
+            if old is not None:
+                if add:
+                    return False
+                k = (k[0], k[1], old.prefix, k[3])
+            self._base_set(k, Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
+                                    None, None, None, None))
+            return True
+        v = tx.get(k)
+        if v is None:
+            old = dict.get(self, k)
+            if old is None:
+                tx[k] = [Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
+                               None, None, None, None), True]
+                self._tx_metric(k)
+                return True
+            if add:
+                return False
+            net = old.prefix
+            tx[(k[0], k[1], net, k[3])] = [Route(k[0], net, k[1], "unicast", k[3], nhs, None,
+                                                 proto, scope, None, None, None, None), False]
+            return True
+        old = v[0]
+        if old is _GONE:                 # re-inserted: to the end, as a dict does
+            del tx[k]
+            tx[k] = [Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
+                           None, None, None, None), True]
+            return True
+        if add:
+            return False
+        v[0] = Route(k[0], old.prefix, k[1], "unicast", k[3], nhs, None, proto, scope,
+                     None, None, None, None)
+        return True
+
     def prefix_routes(self, family: int, table: int, prefix) -> list:
         """The routes of one (family, table, prefix), any metric."""
         p = (family, table, prefix)
         ft = self._pfx.get(p[:2])
-        ms = set(ft.get(prefix, ())) if ft is not None else set()
+        base = ft.get(prefix) if ft is not None else None
+        txm = self._txpfx.get(p) if self._tx is not None else None
+        # (one metric, the common case: one lookup, no set)
+        one = None
+        if base is None:
+            if txm is not None and type(txm) is not set:
+                one = txm
+        elif len(base) == 1 and (txm is None or txm == base[0]):
+            one = base[0]
+        if one is not None:
+            r = self.get(p + (one,))
+            return [] if r is None else [r]
+        ms = set(base) if base is not None else set()
         if self._tx is not None:
-            m = self._txpfx.get(p)
+            m = txm
             if type(m) is set:
                 ms |= m
             elif m is not None:
@@ -468,7 +529,7 @@ class RouteTable(dict):
             elif moved:
                 if dict.__contains__(self, k):
                     self._base_del(k)
-                self._base_set(k, v)
+                self._base_set(k, v, True)
             elif dict.get(self, k) is not v:
                 self._base_set(k, v)
         return changed
@@ -611,22 +672,8 @@ class _RouteCommands:
             nhs = c[nk] = (nh,)
         if metric is None or (rfam == 6 and metric == 0):
             metric = 1024 if rfam == 6 else 0
-        key = (rfam, RT_TABLE_MAIN, net, metric)
-        routes = self.routes
-        old = routes.get(key)
-        if old is not None:
-            if args[0] == "add":
-                return False
-            # (the installed route's prefix object from here on: every
-            # later lookup of this change -- the table's indexes, the
-            # delta, the compiled entries -- then matches it by identity,
-            # not by a Python-level __eq__, a dozen per change)
-            net = old.prefix
-            key = (rfam, RT_TABLE_MAIN, net, metric)
-        routes[key] = Route(rfam, net, RT_TABLE_MAIN, "unicast", metric, nhs, None,
-                            proto or "boot", "global" if rfam == 4 else None,
-                            None, None, None, None)
-        return True
+        return self.routes.put_plain((rfam, RT_TABLE_MAIN, net, metric), args[0] == "add", nhs,
+                                     proto or "boot", "global" if rfam == 4 else None)
 
     def _route_flush(self, fam, args: list):
         """``ip route flush [table T|all] [proto P]`` (iproute2: arguments
