@@ -743,12 +743,15 @@ def apply_lpm(t: Tables) -> None:
             # a run of adds to one table: one compiled loop (add_many) instead
             # of a Python call and a prefix parse each
             run = pending[i:j]
+            # (the networks' fields, not their properties: ipaddress's
+            # ``_ip`` and ``_prefixlen``, which every network has)
             if lpm.family == 6:
-                addrs = np.frombuffer(b"".join([x[1].network_address.packed for x in run]),
+                addrs = np.frombuffer(b"".join([x[1].network_address._ip.to_bytes(16, "big")
+                                                for x in run]),
                                       dtype=np.uint8).reshape(-1, 16)
             else:
-                addrs = np.fromiter([int(x[1].network_address) for x in run], np.uint32, len(run))
-            lpm.add_many(addrs, np.fromiter([x[1].prefixlen for x in run], np.uint8, len(run)),
+                addrs = np.fromiter([x[1].network_address._ip for x in run], np.uint32, len(run))
+            lpm.add_many(addrs, np.fromiter([x[1]._prefixlen for x in run], np.uint8, len(run)),
                          np.fromiter([x[2] for x in run], np.uint32, len(run)))
             i = j
             continue
@@ -851,13 +854,19 @@ def _write_entry(e: _Entry, mv: memoryview) -> None:
     off = e.dst * _DST_PACK.size
     gen = int.from_bytes(mv[off + 4:off + 8], "little")
     src = r.src.packed.ljust(16, b"\0") if r.src is not None else _NO_SRC
-    flags = DSTF_GATEWAY if any(g for (g, _, _, _) in e.sig[2]) else 0
+    nhs = e.sig[2]
+    # (one nexthop, the common case, without a generator)
+    if len(nhs) == 1:
+        flags = DSTF_GATEWAY if nhs[0][0] else 0
+    else:
+        flags = DSTF_GATEWAY if any(g for (g, _, _, _) in nhs) else 0
+    enc = r.encap
     _DST_PACK.pack_into(
         mv, off,
         1,                           # refcnt: the FIB's own reference
         gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
-        _encap_type(r.encap), r.hoplimit or 0, r.prefix.prefixlen, r.mtu or 0, r.metric, src,
-        0, 0)
+        ENCAP_NONE if enc is None else _encap_type(enc), r.hoplimit or 0, r.prefix._prefixlen,
+        r.mtu or 0, r.metric, src, 0, 0)
 
 
 _NO_SRC = bytes(16)
@@ -1175,20 +1184,21 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
                    or any(k[0] == 6 and _holds_strict(k[2]) for k in prefixes)
                    or any(op == "install" and k[:2] not in t.lpms for op, k, _r, _s in ops))
     retired, made, gone = [], [], []
+    entries, dst_routes = t.entries, t.dst_routes
     for op, k, r, sig in ops:
-        cur = t.entries.get(k)
+        cur = entries.get(k)
         if op == "keep":
-            t.entries[k] = _Entry(cur.dst, r, cur.sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
-            t.dst_routes[cur.dst] = r
+            entries[k] = _Entry(cur.dst, r, cur.sig, cur.nh_first, cur.nh_count, cur.s6l, cur.blob)
+            dst_routes[cur.dst] = r
             continue
         if cur is not None:
             retired.append(cur)
-            del t.entries[k]
-            t.dst_routes.pop(cur.dst, None)
+            del entries[k]
+            dst_routes.pop(cur.dst, None)
             if cur.route.type == "throw":
                 t.throw_count[k[:2]] -= 1
         if op == "install":
-            e = t.entries[k] = _Entry(-1, r, sig)
+            e = entries[k] = _Entry(-1, r, sig)
             made.append((k, e))
             if r.type == "throw":
                 t.throw_count[k[:2]] = t.throw_count.get(k[:2], 0) + 1
@@ -1229,10 +1239,14 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
     else:
         for e in made_entries:
             t.dfast[e.dst] = _fast_word(e)
+    # (the LPM of the last (family, table) kept: a load's runs share one)
+    last = lpm = None
     for (fam, table, net), e in made:
-        lpm = t.lpms.get((fam, table))
-        if lpm is None:
-            lpm = t.lpms[(fam, table)] = t.new_lpm(fam)
+        if last is None or last[0] != fam or last[1] != table:
+            last = (fam, table)
+            lpm = t.lpms.get(last)
+            if lpm is None:
+                lpm = t.lpms[last] = t.new_lpm(fam)
         pending.append((lpm, net, e.dst))
     t.lpm_pending.extend(pending)      # (after what an earlier deferred update left)
     if not defer_lpm:
