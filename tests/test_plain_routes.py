@@ -307,3 +307,20 @@ def test_new_route_is_a_route():
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.metric = 7
     assert new_route(*vals[:4], 1, *vals[5:]) != b
+
+
+@pytest.mark.parametrize("line", ["route add ::\x00/8 via 10.0.1.2", "route add 1.2.3.\x00/8 via 10.0.1.2",
+                                  "route add 20.0.0.0/24 via 10.0.1.\x00", "ip addr add 1.2.3.\x00/24 dev eth0",
+                                  "ip -6 route add 2001:db8:a0::\x00/48 via 2001:db8:1::2"])
+def test_an_embedded_nul_is_a_config_error(line):
+    """A NUL inside an address (socket.inet_pton raises ValueError on it,
+    not OSError) is a line-numbered ConfigError on both paths, and
+    nothing changes."""
+    r = Router()
+    r.configure(BASE)
+    before = r.dump()
+    with pytest.raises(ConfigError) as e:
+        r.configure("route add 20.0.9.0/24 via 10.0.1.2\n" + line + "\n")
+    assert e.value.line == 2 and r.dump() == before
+    with pytest.raises(ConfigError):
+        State().apply(BASE + line + "\n")

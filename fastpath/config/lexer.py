@@ -158,7 +158,7 @@ def _parse_v4(tok: str) -> Optional[ipaddress.IPv4Address]:
         # the parts below accept (as decimal)
         try:
             return ipaddress.IPv4Address(socket.inet_pton(socket.AF_INET, tok))
-        except OSError:
+        except (OSError, ValueError):    # (ValueError: an embedded NUL)
             pass
     parts = tok.split(".")
     if not 1 <= len(parts) <= 4:
@@ -329,14 +329,14 @@ def _plain_prefix(tok: str, fam: Optional[int]):
             return None
         try:
             b = socket.inet_pton(socket.AF_INET6, addr)
-        except OSError:
+        except (OSError, ValueError):
             return None
         return 6, _net_of(_Net6, int.from_bytes(b, "big") & ~((1 << (128 - n)) - 1), n)
     if fam == 6 or n > 32 or addr.count(".") != 3:
         return None
     try:
         b = socket.inet_pton(socket.AF_INET, addr)
-    except OSError:
+    except (OSError, ValueError):
         return None
     v = int.from_bytes(b, "big")
     if v & ((1 << (32 - n)) - 1):
