@@ -121,18 +121,31 @@ def lane_count(monkeypatch):
     """How often the lane applied a line (a test that never takes it
     proves nothing)."""
     n = {"taken": 0}
-    orig = _RouteCommands._plain_route
+    orig = _RouteCommands._plain_put
 
-    def counted(self, fam, args):
-        ok = orig(self, fam, args)
+    def counted(self, *a):
+        ok = orig(self, *a)
         n["taken"] += bool(ok)
         return ok
-    monkeypatch.setattr(_RouteCommands, "_plain_route", counted)
+    monkeypatch.setattr(_RouteCommands, "_plain_put", counted)
     return n
 
 
+@pytest.fixture(params=["compiled", "python"])
+def line_reader(request, monkeypatch):
+    """The lane with its lines read by fastpath._feed (where built) and by
+    the Python parse alone."""
+    from fastpath.config import state as S
+    if request.param == "compiled":
+        if S._plain_line is None:
+            pytest.skip("fastpath._feed is not built")
+    else:
+        monkeypatch.setattr(S, "_plain_line", None)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_plain_lane_matches_general_parser(seed, lane_count):
+def test_plain_lane_matches_general_parser(seed, lane_count, line_reader):
     run_both(transactions(random.Random(seed), 250))
     assert lane_count["taken"] > 50
 
@@ -324,3 +337,120 @@ def test_an_embedded_nul_is_a_config_error(line):
     assert e.value.line == 2 and r.dump() == before
     with pytest.raises(ConfigError):
         State().apply(BASE + line + "\n")
+
+
+# -- fastpath._feed: a whole line read in C, held to the Python parse --------
+_WORDS = ("route", "ip", "-6", "-4", "-46", "add", "replace", "rep", "via", "dev", "metric",
+          "proto", "bird", "unspec", "nosuch", "eth0", "10.0.1.2", "2001:db8:1::2",
+          "20.0.0.0/24", "20.0.0.1/24", "2001:db8:a1::1/48", "::/0", "0.0.0.0/0", "7", "010",
+          "4294967295", "4294967296", "00000000000000000000001", "#", "#x", "a#b", "'q'",
+          "\"q\"", "x\\", "٨", "1.2.3.4/٨", "10.0.0.0/8/8", "10.0.0.0/", "/8", "fe80::1%eth0/64",
+          "::ffff:1.2.3.4/96", "1.2.3.4.5/32", "2001:db8::/0048", "10.0.0.0/+8", "\x00/8",
+          "::\x00/8", "1" * 70 + "/8", "a" * 70 + ":/8", "1.2.3/24", "2001:db8::/129", "1.2.3.0/33")
+_SEPS = (" ", " ", " ", "  ", "\t", "\x0b", "\x1c", "\x1f", "\xa0", "\u2003", "\x00")
+
+
+def _reference_fields(line):
+    """What State._run's Python way reads of a line: its words, the
+    dispatch to the lane, _plain_fields; None where the lane would not
+    take it."""
+    from fastpath.config.lexer import _split_line
+    from fastpath.config.route import _plain_fields
+    try:
+        toks = _split_line(line)
+    except ConfigError:
+        return None
+    if toks and toks[0] == "route":
+        if len(toks) > 1 and toks[1] in ("add", "replace"):
+            return _plain_fields(None, toks[1:])
+    elif len(toks) > 2 and toks[0] == "ip":
+        if toks[1] == "route":
+            if toks[2] in ("add", "replace"):
+                return _plain_fields(None, toks[2:])
+        elif toks[1] in ("-6", "-4") and toks[2] == "route" and len(toks) > 3:
+            if toks[3] in ("add", "replace"):
+                return _plain_fields(6 if toks[1] == "-6" else 4, toks[3:])
+    return None
+
+
+def _compiled_fields(line):
+    """fastpath._feed.plain_line's answer with State._run's protocol check."""
+    from fastpath._feed import plain_line
+    from fastpath.config.objects import _PROTO_BY_NAME
+    f = plain_line(line)
+    if f is None or (f[7] is not None and f[7] not in _PROTO_BY_NAME):
+        return None
+    return f[:7] + ("boot" if f[7] == "unspec" else f[7],)
+
+
+def _check_line(line):
+    got = _compiled_fields(line)
+    if got is not None:          # (None: the Python way reads it, whatever it is)
+        assert got == _reference_fields(line), repr(line)
+        assert type(got[2]) is int and type(got[3]) is int
+
+
+def _lines():
+    head = st.sampled_from(("route", "ip route", "ip -6 route", "ip -4 route", "ip", "route route"))
+    body = st.lists(st.sampled_from(_WORDS), max_size=11)
+    return st.tuples(head, st.sampled_from(("add", "replace", "append", "")), st.one_of(
+        st.sampled_from(_WORDS), _prefix_tokens()), body, st.lists(st.sampled_from(_SEPS),
+                                                                   min_size=16, max_size=16))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_lines())
+def test_compiled_line_reader_is_the_python_parse(parts):
+    """plain_line (C) gives exactly what the Python parse of the same line
+    gives wherever it answers: the same command, family, prefix, gateway,
+    device, metric and protocol, for random lines of feed words, odd
+    whitespace, quotes, comments and bad prefixes."""
+    pytest.importorskip("fastpath._feed")
+    head, sub, pfx, body, seps = parts
+    words = head.split() + ([sub] if sub else []) + [pfx] + body
+    line = seps[0] * (seps[1] == "\t") + "".join(w + seps[(i + 2) % 16] for i, w in enumerate(words))
+    _check_line(line)
+    _check_line(line.strip())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_line_reader_takes_the_feed_lines(seed):
+    """The generator's lines (mostly ones the lane takes): where the Python
+    parse takes one, so does plain_line -- unless the line holds what plain_line
+    leaves to Python (a '#', a quote, a backslash, non-ASCII) --, and with the
+    same answer."""
+    pytest.importorskip("fastpath._feed")
+    from fastpath._feed import plain_line as c_plain_line
+    rng = random.Random(seed)
+    taken = 0
+    for _ in range(3000):
+        line = plain_line(rng)
+        ref = _reference_fields(line)
+        got = _compiled_fields(line)
+        special = any(c in line for c in "#'\"\\") or not line.isascii()
+        if ref is not None and not special:
+            assert got == ref, line
+            taken += 1
+        elif got is not None:
+            assert got == ref, line
+    assert taken > 1000 and c_plain_line("route add 20.0.0.0/24 via 10.0.1.2") is not None
+
+
+@pytest.mark.parametrize("line", [
+    "route add 20.0.0.0/24 via #x", "route add 20.0.0.0/24 via 10.0.1.2 dev #eth0",
+    "ip -6 route add 2001:db8:a0::/48 via 2001:db8:1::2 proto #bird",
+    "route add 20.0.0.0/24 via '10.0.1.2'", 'route add 20.0.0.0/24 via "10.0.1.2"',
+    "route add 20.0.0.0/24 via 10.0.1.2\\", "route add 20.0.0.0/24 via 10.0.1.\\2",
+    "route\tadd\x0b20.0.0.0/24\x1cvia\x1f10.0.1.2", "route add 20.0.0.0/24\xa0via 10.0.1.2",
+    "route add 20.0.0.0/24 via 10.0.1.2 metric 00000000000000000000004294967295",
+    "route add 20.0.0.0/24 via 10.0.1.2 metric 4294967296", "ip -4 route add 2001:db8::/32 via ::1",
+    "ip -6 route add 20.0.0.0/24 via 10.0.1.2", "route add 2001:db8::1/128 via ::1",
+    "route add 2001:db8::1/127 via ::1", "route add 20.0.0.1/32 via 10.0.1.2",
+    "route add 20.0.0.1/31 via 10.0.1.2", "route add 0.0.0.0/0 via 10.0.1.2",
+    "route add ::/0 via ::1", "ip route replace 20.0.0.0/24 via 10.0.1.2 via 10.0.1.3",
+])
+def test_compiled_line_reader_fixed_lines(line):
+    pytest.importorskip("fastpath._feed")
+    _check_line(line)
+    assert (_compiled_fields(line) is None) == (_reference_fields(line) is None or any(
+        c in line for c in "#'\"\\") or not line.isascii()), line

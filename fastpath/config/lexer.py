@@ -320,6 +320,15 @@ def _plain_prefix(tok: str, fam: Optional[int]):
     family other than ``fam``, an error).  The same network _parse_prefix
     gives, without its address object, its checks' regular expressions and
     its error handling: a third of a feed line's parse."""
+    f = _plain_prefix_fields(tok, fam)
+    if f is None:
+        return None
+    return f[0], _net_of(_Net6 if f[0] == 6 else _Net4, f[1], f[2])
+
+
+def _plain_prefix_fields(tok: str, fam: Optional[int]):
+    """_plain_prefix's (family, masked network as an int, length), or None
+    (fastpath._feed.plain_line reads a prefix as this does)."""
     addr, sep, plen = tok.partition("/")
     if not sep or not plen.isdigit() or not plen.isascii() or len(plen) > 3:
         return None
@@ -331,7 +340,7 @@ def _plain_prefix(tok: str, fam: Optional[int]):
             b = socket.inet_pton(socket.AF_INET6, addr)
         except (OSError, ValueError):
             return None
-        return 6, _net_of(_Net6, int.from_bytes(b, "big") & ~((1 << (128 - n)) - 1), n)
+        return 6, int.from_bytes(b, "big") & ~((1 << (128 - n)) - 1), n
     if fam == 6 or n > 32 or addr.count(".") != 3:
         return None
     try:
@@ -341,7 +350,7 @@ def _plain_prefix(tok: str, fam: Optional[int]):
     v = int.from_bytes(b, "big")
     if v & ((1 << (32 - n)) - 1):
         return None                     # host bits: the general path's error
-    return 4, _net_of(_Net4, v, n)
+    return 4, v, n
 
 
 def _parse_mac(tok: str) -> bytes:

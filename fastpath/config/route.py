@@ -15,8 +15,8 @@ from .errors import ConfigError, _err, _unsupported
 from .objects import (IPAddress, new_route, Nexthop, REJECT_TYPES, Route, ROUTE_TYPES,
                       RT_PROTOS, RT_SCOPES, RT_TABLE_LOCAL, RT_TABLE_MAIN, _LOCAL_TABLE_TYPES,
                       _PROTO_BY_NAME, _SCOPE_BY_NAME)
-from .lexer import (_check_ifname, _Cur, _fam_name, _int, _matches, _Net4, _num, _parse_addr,
-                    _parse_prefix, _plain_prefix, _table, _table_str)
+from .lexer import (_check_ifname, _Cur, _fam_name, _int, _matches, _Net4, _Net6, _net_of, _num,
+                    _parse_addr, _parse_prefix, _plain_prefix_fields, _table, _table_str)
 from .lwtunnel import Seg6Encap, Seg6Local, _build_seg6local, _parse_seg6, _parse_seg6local
 
 
@@ -537,6 +537,44 @@ class RouteTable(dict):
         self._txpfx = None
 
 
+def _plain_fields(fam, args: list):
+    """What _RouteCommands._plain_route reads of a plain line's words
+    (``args``: from ``add``/``replace`` on; ``fam``: the command's -4/-6, or
+    None): (add, family, masked network as an int, prefix length, via, dev,
+    metric, proto) -- the metric an int or None, the protocol a name or
+    None -- or None for any line the lane does not take.
+    fastpath._feed.plain_line reads a whole line the same way
+    (tests/test_plain_routes.py)."""
+    n = len(args)
+    if n < 4 or n > 10 or n & 1:
+        return None
+    via = dev = metric = proto = None
+    for i in range(2, n, 2):
+        kw, v = args[i], args[i + 1]
+        if kw == "via" and via is None:
+            via = v
+        elif kw == "dev" and dev is None:
+            dev = v
+        elif kw == "metric" and metric is None:
+            if not (v.isascii() and v.isdigit()):
+                return None
+            metric = int(v)
+            if metric > 0xFFFFFFFF:
+                return None
+        elif kw == "proto" and proto is None:
+            if v not in _PROTO_BY_NAME:
+                return None
+            proto = "boot" if v == "unspec" else v
+        else:
+            return None
+    if via is None:
+        return None
+    p = _plain_prefix_fields(args[1], fam)
+    if p is None:
+        return None
+    return args[0] == "add", p[0], p[1], p[2], via, dev, metric, proto
+
+
 class _RouteCommands:
     """State's ``ip route`` commands."""
 
@@ -625,34 +663,16 @@ class _RouteCommands:
         device) and cached in ``_plainc``; every other command empties the
         cache (an address, a local route or a device may change what that
         check says), as ``begin`` and ``rollback`` do."""
-        n = len(args)
-        if n < 4 or n > 10 or n & 1:
-            return False
-        via = dev = metric = proto = None
-        for i in range(2, n, 2):
-            kw, v = args[i], args[i + 1]
-            if kw == "via" and via is None:
-                via = v
-            elif kw == "dev" and dev is None:
-                dev = v
-            elif kw == "metric" and metric is None:
-                if not (v.isascii() and v.isdigit()):
-                    return False
-                metric = int(v)
-                if metric > 0xFFFFFFFF:
-                    return False
-            elif kw == "proto" and proto is None:
-                if v not in _PROTO_BY_NAME:
-                    return False
-                proto = "boot" if v == "unspec" else v
-            else:
-                return False
-        if via is None:
-            return False
-        p = _plain_prefix(args[1], fam)
-        if p is None:
-            return False
-        rfam, net = p
+        f = _plain_fields(fam, args)
+        return f is not None and self._plain_put(*f)
+
+    def _plain_put(self, add: bool, rfam: int, v: int, plen: int, via: str, dev, metric,
+                   proto) -> bool:
+        """The plain lane's route, its line read (by _plain_route, or by
+        fastpath._feed.plain_line in State._run): prefix ``v``/``plen``
+        of family ``rfam`` (masked, checked), the gateway and device words,
+        the metric (an int or None), the protocol (a name, None for boot).
+        False, nothing changed, where the general path must answer."""
         c = self.__dict__.get("_plainc")
         if c is None:
             return False                     # (outside a transaction)
@@ -670,7 +690,8 @@ class _RouteCommands:
             nhs = c[nk] = (nh,)
         if metric is None or (rfam == 6 and metric == 0):
             metric = 1024 if rfam == 6 else 0
-        return self.routes.put_plain((rfam, RT_TABLE_MAIN, net, metric), args[0] == "add", nhs,
+        net = _net_of(_Net6 if rfam == 6 else _Net4, v, plen)
+        return self.routes.put_plain((rfam, RT_TABLE_MAIN, net, metric), add, nhs,
                                      proto or "boot", "global" if rfam == 4 else None)
 
     def _route_flush(self, fam, args: list):

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Optional
 
 from .errors import ConfigError, _err, _unsupported
-from .objects import RT_TABLE_MAIN
+from .objects import RT_TABLE_MAIN, _PROTO_BY_NAME
 from .lexer import _logical_lines, _matches, _split_line
 from .sysctl import SYSCTL_DEFAULTS, _SysctlCommands
 from .route import RouteTable, _RouteCommands
@@ -22,6 +22,11 @@ from .rule import _default_rules, _RuleCommands
 from .neigh import _NeighCommands
 from .sr import _SrCommands
 from .dump import _DumpCommands
+
+try:
+    from .._feed import plain_line as _plain_line
+except ImportError:          # (not built: the Python lane reads every line)
+    _plain_line = None
 
 
 class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _NeighCommands,
@@ -94,8 +99,21 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
 
     def _run(self, text: str):
         plain = self._plain_route
+        # a feed's line read in C (fastpath._feed, where it is built) inside a
+        # transaction (the lane's cache exists only there), straight to the
+        # lane's write; any line it does not take goes the Python way below
+        fast = _plain_line if self.__dict__.get("_plainc") is not None else None
+        put = self._plain_put
         for lineno, line in _logical_lines(text):
             try:
+                if fast is not None:
+                    f = fast(line)
+                    if f is not None:
+                        p = f[7]
+                        if p is None or p in _PROTO_BY_NAME:
+                            if put(f[0], f[1], f[2], f[3], f[4], f[5], f[6],
+                                   "boot" if p == "unspec" else p):
+                                continue
                 toks = _split_line(line)
                 if not toks:
                     continue
