@@ -1009,6 +1009,7 @@ def test_parsed_prefixes_are_ipaddress_networks(addr, plen, other):
         assert addr in n and n.subnet_of(ref) and ref.supernet() == n.supernet() if plen else True
         assert repr(n.network_address) == repr(ref.network_address)
         assert hash(n.network_address) == hash(ref.network_address)
+        assert hash(n) == hash(ref) and n == ref        # (its hash set when made)
     assert _net_of is _net_by_fields        # (this Python's ipaddress: the fast path)
     o = ipaddress.ip_network(f"{other}/{other.max_prefixlen}")
     _b, _m, onet = _parse_prefix(f"{other}/{other.max_prefixlen}", None)
