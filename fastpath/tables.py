@@ -828,16 +828,54 @@ def _install(t: Tables, e: _Entry) -> None:
 def _install_all(t: Tables, entries) -> None:
     """_install of each of ``entries``, in order: all allocated first (a
     growth replaces the entries' array), then written through one view of
-    it -- not a view and a packed copy per entry."""
+    it -- not a view and a packed copy per entry.  (The same records as
+    _alloc_entry and _write_entry make, one entry after the other, with
+    what consecutive entries share -- a feed's routes through one nexthop
+    share their signature's nexthops tuple -- looked up once: the shared
+    row, the gateway flag; and the generations read in one numpy gather.)"""
     if len(entries) < 16:
         for e in entries:
             _install(t, e)
         return
+    free = t.free_dsts
+    last = shared = None
     for e in entries:
-        _alloc_entry(t, e)
+        nhs = e.sig[2]
+        if free:
+            e.dst = free.pop()
+        else:
+            e.dst = t._alloc_dst()           # (grows the arrays: a new free stack)
+            free = t.free_dsts
+        e.nh_count = len(nhs)
+        if nhs is last and shared is not None:
+            shared[1] += 1                   # (the single nexthop's shared row, counted)
+            e.nh_first = shared[0]
+            continue
+        e.nh_first = t._alloc_nexthops(nhs)
+        last = nhs
+        key = _nh_key(nhs)
+        shared = t.nh_shared.get(key) if key is not None else None
+    idx = np.fromiter([e.dst for e in entries], dtype=np.int64, count=len(entries))
+    gens = t.dsts["gen"][idx].tolist()
     mv = memoryview(t.dsts.view(np.uint8))
-    for e in entries:
-        _write_entry(e, mv)
+    pack, size = _DST_PACK.pack_into, _DST_PACK.size
+    last = None
+    for e, gen in zip(entries, gens):
+        r = e.route
+        nhs = e.sig[2]
+        if nhs is not last:
+            last = nhs
+            if len(nhs) == 1:
+                flags = DSTF_GATEWAY if nhs[0][0] else 0
+            else:
+                flags = DSTF_GATEWAY if any(g for (g, _, _, _) in nhs) else 0
+        enc, src = r.encap, r.src
+        pack(mv, e.dst * size,
+             1,                              # refcnt: the FIB's own reference
+             gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
+             ENCAP_NONE if enc is None else _encap_type(enc), r.hoplimit or 0,
+             r.prefix._prefixlen, r.mtu or 0, r.metric,
+             _NO_SRC if src is None else src.packed.ljust(16, b"\0"), 0, 0)
 
 
 def _alloc_entry(t: Tables, e: _Entry) -> None:

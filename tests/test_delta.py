@@ -393,3 +393,50 @@ def test_small_tables_rebuilt_only_when_they_change(monkeypatch):
     assert calls == [1]
     r.configure("ip -6 neigh add 2001:db8:1::2 lladdr 02:00:00:00:00:01 dev tun0")
     assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batched_install_writes_what_one_by_one_writes(seed, monkeypatch):
+    """tables._install_all (the entries of a load or a large change: shared
+    rows and gateway flags looked up once per run of one nexthops tuple,
+    the generations gathered at once) writes the same route entries,
+    nexthop rows and row counts as _install of each entry in turn -- on a
+    table of random routes (multipath, sources, MTUs, encaps, reject
+    types), first compiled whole, then changed and compiled again over the
+    first (retired entries reclaimed: generations not zero)."""
+    from fastpath import tables as T
+    r = Router()
+    r.configure(BASE)
+    rng = random.Random(seed)
+    lines = [route_line(rng, 400) for _ in range(600)]
+    r.configure("".join(f"ip -6 route add 2001:db8:f{k:03x}::/48 via 2001:db8:1::2\n"
+                        for k in range(40)))          # (a run of one nexthops tuple)
+    for ln in lines:
+        try:
+            r.configure(ln + "\n")
+        except (ConfigError, ValueError):
+            pass
+    st1 = r.state
+    later = st1.apply("".join(f"ip -6 route replace 2001:db8:f{k:03x}::/48 via 2001:db8:2::2\n"
+                              for k in range(40)))
+
+    def build(one_by_one):
+        if one_by_one:
+            monkeypatch.setattr(T, "_install_all", lambda t, es: [T._install(t, e) for e in es])
+        else:
+            monkeypatch.undo()
+        t = T.compile_tables(st1)
+        t.reclaim(t.retired)
+        t.retired.clear()
+        T.compile_tables(later, t)
+        t.reclaim(t.retired)
+        t.retired.clear()
+        T.compile_tables(st1, t)
+        return t
+    a, b = build(False), build(True)
+    assert len(a.entries) > 200
+    assert bytes(a.dsts) == bytes(b.dsts) and bytes(a.dfast) == bytes(b.dfast)
+    assert bytes(a.nh_arr) == bytes(b.nh_arr) and a.nh_shared == b.nh_shared
+    assert {k: (e.dst, e.nh_first, e.nh_count) for k, e in a.entries.items()} == \
+        {k: (e.dst, e.nh_first, e.nh_count) for k, e in b.entries.items()}
+    assert int(a.dsts["gen"].max()) > 0
