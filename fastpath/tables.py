@@ -1158,8 +1158,13 @@ def _copied(t: Tables, a: np.ndarray) -> np.ndarray:
 def _best_of(state, key):
     """The best usable route of one (family, table, prefix), or None (as
     _best_routes, from the prefix's own routes only)."""
+    return _best_among(state.routes.prefix_routes(*key), state)
+
+
+def _best_among(routes, state):
+    """The usable route of least metric of ``routes`` (one prefix's), or None."""
     best = None
-    for r in state.routes.prefix_routes(*key):
+    for r in routes:
         if _usable(r, state) and (best is None or r.metric < best.metric):
             best = r
     return best
@@ -1178,9 +1183,26 @@ def plan_delta(t: Tables, state, prefixes, devices_changed: bool = False) -> lis
     changed -- an unchanged route's signature is then computed again."""
     ops = []
     sigs = {}
+    pr, eget = state.routes.prefix_routes, t.entries.get
+    # (whether a unicast route's nexthops are usable, per nexthops tuple: a
+    # feed's routes share theirs, and nothing here changes the devices)
+    live = {}
     for k in prefixes:
-        r = _best_of(state, k)
-        cur = t.entries.get(k)
+        rs = pr(*k)
+        if len(rs) == 1:
+            r = rs[0]
+            nhs = r.nexthops
+            if nhs and r.type == "unicast":
+                h = live.get(id(nhs))
+                if h is None or h[0] is not nhs:
+                    h = live[id(nhs)] = (nhs, _usable(r, state))
+                if not h[1]:
+                    r = None
+            elif not _usable(r, state):
+                r = None
+        else:
+            r = _best_among(rs, state)
+        cur = eget(k)
         if r is None:
             if cur is not None:
                 ops.append(("remove", k, None, None))
