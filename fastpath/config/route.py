@@ -412,14 +412,6 @@ class RouteTable(dict):
             return new_route(k[0], net, k[1], "unicast", k[3], nhs, None, proto, scope,
                              None, None, None, None)
         tx = self._tx
-        if tx is None:                   # (outside a transaction: the plain way)
-            old = dict.get(self, k)
-            if old is not None:
-                if add:
-                    return False
-                k = (k[0], k[1], old.prefix, k[3])
-            self._base_set(k, route(k[2]))
-            return True
         v = tx.get(k)
         if v is None:
             old = dict.get(self, k)
@@ -459,12 +451,10 @@ class RouteTable(dict):
             r = self.get(p + (one,))
             return [] if r is None else [r]
         ms = set(base) if base is not None else set()
-        if self._tx is not None:
-            m = txm
-            if type(m) is set:
-                ms |= m
-            elif m is not None:
-                ms.add(m)
+        if type(txm) is set:
+            ms |= txm
+        elif txm is not None:
+            ms.add(txm)
         out = []
         for m in ms:
             r = self.get(p + (m,))
