@@ -858,24 +858,13 @@ def _install_all(t: Tables, entries) -> None:
     idx = np.fromiter([e.dst for e in entries], dtype=np.int64, count=len(entries))
     gens = t.dsts["gen"][idx].tolist()
     mv = memoryview(t.dsts.view(np.uint8))
-    pack, size = _DST_PACK.pack_into, _DST_PACK.size
     last = None
     for e, gen in zip(entries, gens):
-        r = e.route
         nhs = e.sig[2]
         if nhs is not last:
             last = nhs
-            if len(nhs) == 1:
-                flags = DSTF_GATEWAY if nhs[0][0] else 0
-            else:
-                flags = DSTF_GATEWAY if any(g for (g, _, _, _) in nhs) else 0
-        enc, src = r.encap, r.src
-        pack(mv, e.dst * size,
-             1,                              # refcnt: the FIB's own reference
-             gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
-             ENCAP_NONE if enc is None else _encap_type(enc), r.hoplimit or 0,
-             r.prefix._prefixlen, r.mtu or 0, r.metric,
-             _NO_SRC if src is None else src.packed.ljust(16, b"\0"), 0, 0)
+            flags = _gw_flags(nhs)
+        _pack_entry(e, mv, gen, flags)
 
 
 def _alloc_entry(t: Tables, e: _Entry) -> None:
@@ -888,23 +877,28 @@ def _alloc_entry(t: Tables, e: _Entry) -> None:
 def _write_entry(e: _Entry, mv: memoryview) -> None:
     """The record of an allocated entry, written into ``mv`` (the bytes of
     Tables.dsts), its generation kept."""
-    r = e.route
     off = e.dst * _DST_PACK.size
-    gen = int.from_bytes(mv[off + 4:off + 8], "little")
-    src = r.src.packed.ljust(16, b"\0") if r.src is not None else _NO_SRC
-    nhs = e.sig[2]
-    # (one nexthop, the common case, without a generator)
-    if len(nhs) == 1:
-        flags = DSTF_GATEWAY if nhs[0][0] else 0
-    else:
-        flags = DSTF_GATEWAY if any(g for (g, _, _, _) in nhs) else 0
-    enc = r.encap
+    _pack_entry(e, mv, int.from_bytes(mv[off + 4:off + 8], "little"), _gw_flags(e.sig[2]))
+
+
+def _gw_flags(sig_nhs) -> int:
+    """A route entry's gateway flag, from its signature's nexthops."""
+    if len(sig_nhs) == 1:            # (the common case, without a generator)
+        return DSTF_GATEWAY if sig_nhs[0][0] else 0
+    return DSTF_GATEWAY if any(g for (g, _, _, _) in sig_nhs) else 0
+
+
+def _pack_entry(e: _Entry, mv: memoryview, gen: int, flags: int) -> None:
+    """The record of allocated entry ``e`` packed into ``mv`` (the bytes
+    of Tables.dsts) with generation ``gen`` and ``flags``."""
+    r = e.route
+    enc, src = r.encap, r.src
     _DST_PACK.pack_into(
-        mv, off,
+        mv, e.dst * _DST_PACK.size,
         1,                           # refcnt: the FIB's own reference
         gen, RTN[r.type], r.family, flags, e.nh_count, e.nh_first, r.table, 0,
         ENCAP_NONE if enc is None else _encap_type(enc), r.hoplimit or 0, r.prefix._prefixlen,
-        r.mtu or 0, r.metric, src, 0, 0)
+        r.mtu or 0, r.metric, _NO_SRC if src is None else src.packed.ljust(16, b"\0"), 0, 0)
 
 
 _NO_SRC = bytes(16)
