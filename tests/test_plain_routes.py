@@ -374,13 +374,9 @@ def _reference_fields(line):
 
 
 def _compiled_fields(line):
-    """fastpath._feed.plain_line's answer with State._run's protocol check."""
-    from fastpath._feed import plain_line
-    from fastpath.config.objects import _PROTO_BY_NAME
-    f = plain_line(line)
-    if f is None or (f[7] is not None and f[7] not in _PROTO_BY_NAME):
-        return None
-    return f[:7] + ("boot" if f[7] == "unspec" else f[7],)
+    """What State._run takes from fastpath._feed.plain_line for a line."""
+    from fastpath.config.state import _read_plain_line
+    return _read_plain_line(line)
 
 
 def _check_line(line):

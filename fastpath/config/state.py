@@ -29,6 +29,19 @@ except ImportError:          # (not built: the Python lane reads every line)
     _plain_line = None
 
 
+def _read_plain_line(line: str):
+    """fastpath._feed.plain_line's fields of ``line`` with its protocol
+    word checked and named as _plain_fields names it (``unspec`` is boot),
+    ready for _RouteCommands._plain_put; None where the Python way must
+    read the line."""
+    f = _plain_line(line)
+    if f is None or f[7] is None:
+        return f
+    if f[7] not in _PROTO_BY_NAME:
+        return None
+    return f[:7] + ("boot",) if f[7] == "unspec" else f
+
+
 class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _NeighCommands,
             _SrCommands, _SysctlCommands, _DumpCommands):
     """The whole control-plane configuration (see the module doc).
@@ -102,18 +115,15 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
         # a feed's line read in C (fastpath._feed, where it is built) inside a
         # transaction (the lane's cache exists only there), straight to the
         # lane's write; any line it does not take goes the Python way below
-        fast = _plain_line if self.__dict__.get("_plainc") is not None else None
+        fast = (_read_plain_line if _plain_line is not None
+                and self.__dict__.get("_plainc") is not None else None)
         put = self._plain_put
         for lineno, line in _logical_lines(text):
             try:
                 if fast is not None:
                     f = fast(line)
-                    if f is not None:
-                        p = f[7]
-                        if p is None or p in _PROTO_BY_NAME:
-                            if put(f[0], f[1], f[2], f[3], f[4], f[5], f[6],
-                                   "boot" if p == "unspec" else p):
-                                continue
+                    if f is not None and put(*f):
+                        continue
                 toks = _split_line(line)
                 if not toks:
                     continue
