@@ -356,21 +356,13 @@ def _reference_fields(line):
     take it."""
     from fastpath.config.lexer import _split_line
     from fastpath.config.route import _plain_fields
+    from fastpath.config.state import _plain_command
     try:
         toks = _split_line(line)
     except ConfigError:
         return None
-    if toks and toks[0] == "route":
-        if len(toks) > 1 and toks[1] in ("add", "replace"):
-            return _plain_fields(None, toks[1:])
-    elif len(toks) > 2 and toks[0] == "ip":
-        if toks[1] == "route":
-            if toks[2] in ("add", "replace"):
-                return _plain_fields(None, toks[2:])
-        elif toks[1] in ("-6", "-4") and toks[2] == "route" and len(toks) > 3:
-            if toks[3] in ("add", "replace"):
-                return _plain_fields(6 if toks[1] == "-6" else 4, toks[3:])
-    return None
+    cmd = _plain_command(toks) if toks else None
+    return _plain_fields(*cmd) if cmd is not None else None
 
 
 def _compiled_fields(line):

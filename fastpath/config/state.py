@@ -29,6 +29,25 @@ except ImportError:          # (not built: the Python lane reads every line)
     _plain_line = None
 
 
+def _plain_command(toks: list):
+    """(family given by -4/-6 or None, the words from ``add``/``replace``
+    on) of a route feed's command -- ``[ip [-4|-6]] route add|replace ...``
+    -- or None for any other line's words."""
+    t0 = toks[0]
+    if t0 == "route":
+        if len(toks) > 1 and toks[1] in ("add", "replace"):
+            return None, toks[1:]
+    elif t0 == "ip" and len(toks) > 2:
+        t1 = toks[1]
+        if t1 == "route":
+            if toks[2] in ("add", "replace"):
+                return None, toks[2:]
+        elif (t1 == "-6" or t1 == "-4") and toks[2] == "route" and len(toks) > 3:
+            if toks[3] in ("add", "replace"):
+                return 6 if t1 == "-6" else 4, toks[3:]
+    return None
+
+
 def _read_plain_line(line: str):
     """fastpath._feed.plain_line's fields of ``line`` with its protocol
     word checked and named as _plain_fields names it (``unspec`` is boot),
@@ -127,23 +146,13 @@ class State(_LinkCommands, _AddressCommands, _RouteCommands, _RuleCommands, _Nei
                 toks = _split_line(line)
                 if not toks:
                     continue
-                # a route feed's line (``[ip [-4|-6]] route add|replace
-                # ...``) straight to the plain lane, past the dispatch
-                # _exec -> _ip -> _ip_route would make to get there; a
-                # line it refuses (having changed nothing) goes that way
-                t0 = toks[0]
-                if t0 == "route":
-                    if len(toks) > 1 and toks[1] in ("add", "replace") and plain(None, toks[1:]):
-                        continue
-                elif t0 == "ip" and len(toks) > 2:
-                    t1 = toks[1]
-                    if t1 == "route":
-                        if toks[2] in ("add", "replace") and plain(None, toks[2:]):
-                            continue
-                    elif (t1 == "-6" or t1 == "-4") and toks[2] == "route" and len(toks) > 3:
-                        if toks[3] in ("add", "replace") and plain(6 if t1 == "-6" else 4,
-                                                                   toks[3:]):
-                            continue
+                # a route feed's line straight to the plain lane, past the
+                # dispatch _exec -> _ip -> _ip_route would make to get
+                # there; a line it refuses (having changed nothing) goes
+                # that way
+                cmd = _plain_command(toks)
+                if cmd is not None and plain(cmd[0], cmd[1]):
+                    continue
                 self._exec(toks)
             except ConfigError as e:
                 if e.line is None:
