@@ -256,12 +256,15 @@ def _prefix_tokens():
 @settings(max_examples=400, deadline=None)
 @given(_prefix_tokens(), st.sampled_from((None, 4, 6)))
 def test_plain_prefix_is_parse_prefix(tok, fam):
-    """The lane's prefix parse (lexer._plain_prefix) gives _parse_prefix's
-    network, or leaves the token to it: never another answer."""
-    from fastpath.config.lexer import _parse_prefix, _plain_prefix
-    got = _plain_prefix(tok, fam)
-    if got is None:
+    """The lane's prefix parse (lexer._plain_prefix_fields, the network
+    made of its fields by _net_of as the lane makes it) gives
+    _parse_prefix's network, or leaves the token to it: never another
+    answer."""
+    from fastpath.config.lexer import _Net4, _Net6, _net_of, _parse_prefix, _plain_prefix_fields
+    f = _plain_prefix_fields(tok, fam)
+    if f is None:
         return
+    got = f[0], _net_of(_Net6 if f[0] == 6 else _Net4, f[1], f[2])
     a, _n, net = _parse_prefix(tok, fam)        # (raises if the lane took a bad one)
     assert got == (a.version, net) and type(got[1]) is type(net)
     assert got[1].prefixlen == net.prefixlen and hash(got[1]) == hash(net)

@@ -317,23 +317,16 @@ def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):
     return a, n, _net_of(_Net4 if a.version == 4 else _Net6, v, n)
 
 
-def _plain_prefix(tok: str, fam: Optional[int]):
-    """(family, masked network) of an ``ADDRESS/LENGTH`` token as a route
-    feed writes it -- an IPv4 prefix without host bits, an IPv6 one (its
-    host bits masked, as _parse_prefix does) -- or None for anything else,
-    which is _parse_prefix's to answer (default, no length, a scope, a
-    family other than ``fam``, an error).  The same network _parse_prefix
-    gives, without its address object, its checks' regular expressions and
-    its error handling: a third of a feed line's parse."""
-    f = _plain_prefix_fields(tok, fam)
-    if f is None:
-        return None
-    return f[0], _net_of(_Net6 if f[0] == 6 else _Net4, f[1], f[2])
-
-
 def _plain_prefix_fields(tok: str, fam: Optional[int]):
-    """_plain_prefix's (family, masked network as an int, length), or None
-    (fastpath._feed.plain_line reads a prefix as this does)."""
+    """(family, masked network as an int, prefix length) of an
+    ``ADDRESS/LENGTH`` token as a route feed writes it -- an IPv4 prefix
+    without host bits, an IPv6 one (its host bits masked, as _parse_prefix
+    does) -- or None for anything else, which is _parse_prefix's to answer
+    (default, no length, a scope, a family other than ``fam``, an error).
+    The network _parse_prefix gives (made by _net_of from these fields),
+    without its address object, its checks' regular expressions and its
+    error handling: a third of a feed line's parse.
+    fastpath._feed.plain_line reads a prefix as this does."""
     addr, sep, plen = tok.partition("/")
     if not sep or not plen.isdigit() or not plen.isascii() or len(plen) > 3:
         return None
