@@ -176,10 +176,13 @@ def _tables():
     return [l.split()[2] for l in out.splitlines() if "fastpath_" in l]
 
 
-def _start(topo, *args, env=None):
+def _start(topo, *args, env=None, conf=None, ifaces=("r1", "r2")):
+    """fastpath.run in r on topo's configuration (or the file ``conf``),
+    attached to ``ifaces`` (None: no --iface, the configuration's devices)."""
     ready = topo["dir"] / f"ready{time.monotonic_ns()}"
-    cmd = ["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run", "--config", topo["conf"],
-           "--iface", "r1", "--iface", "r2", "--ready-file", str(ready)] + list(args)
+    cmd = ["ip", "netns", "exec", R, sys.executable, "-m", "fastpath.run", "--config",
+           conf or topo["conf"], "--ready-file", str(ready)]
+    cmd += [a for i in (ifaces or ()) for a in ("--iface", i)] + list(args)
     e = dict(os.environ, PYTHONPATH=str(ROOT))
     e.update(env or {})
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
@@ -695,10 +698,11 @@ def _forward_frames(h1mac, rmac):
             r + mac + b"\x86\xdd" + end + srh + udp]
 
 
-def _through(frames):
-    """``frames`` sent from h1's h1e; what h2e receives of them (hex)."""
+def _through(frames, count=None):
+    """``frames`` sent from h1's h1e; what h2e receives of them (hex), until
+    ``count`` frames (default: as many as were sent) or 3 s."""
     cap = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, TOOL, "capture", "h2e",
-                            str(len(frames)), "3"], stdout=subprocess.PIPE, text=True)
+                            str(count or len(frames)), "3"], stdout=subprocess.PIPE, text=True)
     assert cap.stdout.readline().strip() == "ready"
     _sh(sys.executable, TOOL, "send", "h1e", *[f.hex() for f in frames], ns=H1,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -839,6 +843,132 @@ def test_srv6_frames_as_the_kernel(topo):
     srv6_frames_as_the_kernel(topo)
 
 
+# r2 in a VRF (table 100), End.DT4/DT6/DT46 decapsulating into it: the
+# L3VPN configuration of the kernel's srv6_end_dt*_l3vpn selftests, with the
+# VRF device only in fastpath's configuration (it is an l3mdev, not a wire)
+VRF_CONF = """\
+ip link add vrf-100 type vrf table 100
+ip link set vrf-100 up
+ip link set r2 master vrf-100
+ip addr add 10.1.0.1/24 dev r1
+ip -6 addr add 2001:db8:1::1/64 dev r1
+ip addr add 10.2.0.1/24 dev r2
+ip -6 addr add 2001:db8:2::1/64 dev r2
+sysctl -w net.vrf.strict_mode=1
+sysctl -w net.ipv6.conf.all.seg6_enabled=1
+sysctl -w net.ipv6.conf.r1.seg6_enabled=1
+ip -6 route add fc00:1::7/128 encap seg6local action End.DT4 vrftable 100 dev vrf-100
+ip -6 route add fc00:1::8/128 encap seg6local action End.DT6 vrftable 100 dev vrf-100
+ip -6 route add fc00:1::9/128 encap seg6local action End.DT46 vrftable 100 dev vrf-100
+"""
+
+
+def _vrf_frames(h1mac, rmac):
+    """From h1: End.DT4 (with and without an SRH), End.DT6, End.DT46 of
+    both families, and plain IPv4 and IPv6 towards h2, which the main
+    table has no route for (r2 is in the VRF)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
+    from scapy.layers.l2 import Ether
+
+    def colons(m):
+        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
+    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    h1 = "2001:db8:1::2"
+    u = UDP(sport=4002, dport=9) / (b"fastpath-vrf" + bytes(20))
+    v4 = IP(src="10.1.0.2", dst="10.2.0.2", ttl=33, tos=0x28, id=7) / u
+    v6 = IPv6(src=h1, dst="2001:db8:2::2", hlim=33, tc=0x28, fl=0x5A5A5) / u
+    frames = [
+        IPv6(src=h1, dst="fc00:1::7", hlim=40, nh=4) / v4,
+        IPv6(src=h1, dst="fc00:1::7", hlim=40)
+        / IPv6ExtHdrSegmentRouting(addresses=["fc00:1::7", "fc00:1::70"], segleft=0,
+                                   lastentry=1, nh=4) / v4,
+        IPv6(src=h1, dst="fc00:1::8", hlim=40, nh=41) / v6,
+        IPv6(src=h1, dst="fc00:1::9", hlim=40, nh=4) / v4,
+        IPv6(src=h1, dst="fc00:1::9", hlim=40, nh=41) / v6,
+        v4, v6,
+    ]
+    return [bytes(eth / f) for f in frames]
+
+
+def offline_results(conf: str, frames: list) -> list:
+    """The offline Router's results for ``frames`` from h1 arriving on r1:
+    the configuration ``conf`` with r's MACs, and h2 resolved on r2 as the
+    first pass through fastpath resolves it."""
+    from fastpath import Batch, Router
+
+    def colons(m):
+        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
+    h2mac = colons(_mac(H2, "h2e"))
+    r = Router().configure(
+        f"ip link set dev r1 address {colons(_mac(R, 'r1'))}\n"
+        f"ip link set dev r2 address {colons(_mac(R, 'r2'))}\n" + conf
+        + f"ip neigh add 10.2.0.2 lladdr {h2mac} dev r2\n"
+        f"ip -6 neigh add 2001:db8:2::2 lladdr {h2mac} dev r2\n")
+    b = Batch.from_packets(frames, iif="r1", linktype="ethernet")
+    r.process(b)
+    return b.results()
+
+
+def frames_as_offline(topo, frames, conf, *args, ifaces=("r1", "r2"), extra_wait=False):
+    """``frames`` from h1 through ``fastpath.run ARGS`` on the
+    configuration ``conf``: h2 receives exactly what the offline Router
+    forwards to r2 for them, byte for byte and in order (the second of two
+    passes: the first resolves h2).  ``extra_wait``: also wait for a frame
+    beyond those (3 s), so that one leaked after them is seen.  Returns
+    the offline results and the run's --json document."""
+    res = offline_results(conf, frames)
+    want = [r.data.hex() for r in res if r.verdict == "forward" and r.oif == "r2"]
+    path = topo["dir"] / f"offline{time.monotonic_ns()}.conf"
+    path.write_text(conf)
+    _flush_hosts()
+    p, _table = _start(topo, "--json", *args, conf=str(path), ifaces=ifaces)
+    try:
+        _through(frames, count=len(want))
+        got = _through(frames, count=len(want) + extra_wait)
+    finally:
+        rc, out, err = _stop(p)
+    assert rc == 0, err
+    assert got == want
+    return res, json.loads(out)
+
+
+def srv6_frames_as_offline(topo, *args):
+    """test_srv6_frames_as_the_kernel's frames (every SRv6 behaviour of r,
+    headends included) against the offline Router instead of r's kernel:
+    runs on kernels without seg6 lwtunnels too, and holds the wire's part
+    (rings, neighbours, the MAC rewrite, TX) to the datapath's answer."""
+    frames = [f for _n, f in _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1"))]
+    res, _doc = frames_as_offline(topo, frames, CONF, *args)
+    assert [r.verdict for r in res] == ["forward"] * len(frames), res
+
+
+def test_srv6_frames_as_offline(topo):
+    srv6_frames_as_offline(topo)
+
+
+def test_vrf_end_dt_on_the_wire(topo):
+    vrf_end_dt_on_the_wire(topo)
+
+
+def vrf_end_dt_on_the_wire(topo, *args):
+    """End.DT4, End.DT6 and End.DT46 with a vrftable on the wire, the VRF
+    device only in the configuration (no --iface: fastpath attaches to r1
+    and r2, not to vrf-100): h2 receives exactly the decapsulated packets,
+    the bytes the offline Router gives for the same frames; the plain
+    packets towards h2 stay out of the VRF (an ICMP error each, back to
+    h1).  (This kernel's own End.DT4 needs the VRF module and seg6
+    lwtunnels; the offline datapath is held to the kernel where it has
+    them.)"""
+    frames = _vrf_frames(_mac(H1, "h1e"), _mac(R, "r1"))
+    res, doc = frames_as_offline(topo, frames, VRF_CONF, *args, ifaces=None, extra_wait=True)
+    assert [r.verdict for r in res] == ["forward"] * 5 + ["icmp"] * 2, res
+    assert all(r.oif == "r2" for r in res[:5]), res
+    assert sorted(doc["counters"]["interfaces"]) == ["r1", "r2"], doc
+    # the plain frames of both passes: no route in the main table
+    assert doc["counters"]["verdicts"]["icmp"] == 4 and doc["counters"]["reasons"]["no_route"] == 4
+
+
 @pytest.mark.parametrize("how", ["normal", "exception", "SIGINT", "SIGTERM"])
 def test_nft_table_removed_on_every_exit(topo, how):
     env = {"FASTPATH_RUN_FAULT": "raise"} if how == "exception" else None
@@ -901,6 +1031,10 @@ def test_sigkill_leftover_swept_by_next_run(topo):
     ("ip route add 10.0.0.0/33 dev r1\n", ["--iface", "r1"],
      "configuration: line 1: invalid prefix '10.0.0.0/33'"),
     ("", ["--iface", "lo"], "interface 'lo' is not an Ethernet device (ARPHRD 772)"),
+    ("ip link add vrf-9 type vrf table 9\nip link set r2 master vrf-9\n",
+     ["--iface", "r1", "--iface", "vrf-9"],
+     "interface 'vrf-9' is a VRF device (an l3mdev: its lookups happen in fastpath, it has no "
+     "wire): attach the devices enslaved to it instead"),
 ])
 def test_errors_one_line_exit_2(topo, conf, args, msg):
     path = topo["conf"]

@@ -240,6 +240,18 @@ def test_srv6_frames_as_the_kernel_two_workers(topo):
     tw.srv6_frames_as_the_kernel(topo, "--workers", "2")
 
 
+def test_srv6_frames_as_offline_two_workers(topo):
+    """test_wire's SRv6 frames through two workers: the bytes the offline
+    Router gives (on kernels without seg6 lwtunnels too)."""
+    tw.srv6_frames_as_offline(topo, "--workers", "2")
+
+
+def test_vrf_end_dt_two_workers(topo):
+    """End.DT4/DT6/DT46 into a VRF of the configuration, through two
+    workers (test_wire's VRF test)."""
+    tw.vrf_end_dt_on_the_wire(topo, "--workers", "2")
+
+
 def test_tcp_frames_as_the_kernel_two_workers(topo):
     """test_wire's TCP segments through two workers: the bytes r's kernel
     forwards."""

@@ -145,6 +145,20 @@ def test_srv6_frames_as_the_kernel_af_xdp(topo):
 
 
 @wire
+def test_srv6_frames_as_offline_af_xdp(topo):
+    """test_wire's SRv6 frames through AF_XDP: the bytes the offline Router
+    gives (on kernels without seg6 lwtunnels too)."""
+    tw.srv6_frames_as_offline(topo, "--backend", "af_xdp")
+
+
+@wire
+def test_vrf_end_dt_af_xdp(topo):
+    """End.DT4/DT6/DT46 into a VRF of the configuration, through AF_XDP
+    (test_wire's VRF test)."""
+    tw.vrf_end_dt_on_the_wire(topo, "--backend", "af_xdp")
+
+
+@wire
 def test_tcp_frames_as_the_kernel_af_xdp(topo):
     """test_wire's TCP segments through AF_XDP: the bytes r's kernel
     forwards."""

@@ -181,6 +181,21 @@ class Proxy:
             f"net.ipv{family}.neigh.{self._dev(ifindex)}.proxy_qlen")
 
 
+def _vrf_devices(config: str) -> set:
+    """The names of the configuration's VRF devices (empty when it does not
+    parse: its own error is the one to report)."""
+    try:
+        st = parse_config(config)
+    except ConfigError:
+        return set()
+    return {n for n, i in st.interfaces.items() if i.kind == "vrf"}
+
+
+def _vrf_attach_error(name: str) -> str:
+    return (f"interface {name!r} is a VRF device (an l3mdev: its lookups happen in "
+            f"fastpath, it has no wire): attach the devices enslaved to it instead")
+
+
 def _prelude(names, sysinfo) -> str:
     return "".join(f"ip link set dev {n} address {':'.join(f'{b:02x}' for b in sysinfo[n]['mac'])}"
                    f" mtu {sysinfo[n]['mtu']}\n" for n in names)
@@ -272,12 +287,21 @@ class Live:
                 st = parse_config(self.config)          # (no tables: the names only)
             except ConfigError as e:
                 raise LiveError(f"configuration: {e}") from None
-            self.names = [n for n, i in st.interfaces.items() if i.kind != "loopback"]
+            # a VRF device is an l3mdev of the configuration, not a wire:
+            # its enslaved devices are attached, it is not
+            self.names = [n for n, i in st.interfaces.items() if i.kind not in ("loopback", "vrf")]
         if not self.names:
             raise LiveError("no interface to attach to (give --iface DEV)")
         if len(set(self.names)) != len(self.names):
             raise LiveError("an interface is named twice")
-        sysinfo = {n: system_interface(n) for n in self.names}
+        sysinfo = {}
+        for n in self.names:
+            try:
+                sysinfo[n] = system_interface(n)
+            except LiveError:
+                if n in _vrf_devices(self.config):
+                    raise LiveError(_vrf_attach_error(n)) from None
+                raise
         if self.shared is not None:
             from ..dataplane import AttachedTables
             args, slot, state = self.shared
@@ -296,6 +320,9 @@ class Live:
             r = self._compile(st)
         self.router = r
         st = r.state
+        for n in self.names:
+            if st.interfaces[n].kind == "vrf":
+                raise LiveError(_vrf_attach_error(n))
         self.sysinfo = sysinfo
         links = []
         for n in self.names:
