@@ -913,11 +913,26 @@ class Dataplane:
 
     def _reclaim(self):
         """Free the retired entries nobody holds any more."""
+        pending = self._pending
+        if not pending:
+            return
+        online = [self._pcpu[w]["refcnt"] for w in range(self.nworkers) if w not in self._dead]
+        if len(pending) <= 8:
+            # (a few, a single change's: read one by one)
+            held = [int(self._dsts["refcnt"][e.dst]) > 0 or any(int(c[e.dst]) for c in online)
+                    for e in pending]
+        else:
+            # (the reference counts of all of them at once: a batch retires
+            # hundreds, and a numpy scalar read per entry and worker was ~8%
+            # of a 1000-route configure)
+            idx = np.fromiter((e.dst for e in pending), dtype=np.int64, count=len(pending))
+            h = self._dsts["refcnt"][idx] > 0
+            for c in online:
+                h |= c[idx] != 0
+            held = h.tolist()
         keep, free = [], []
-        for e in self._pending:
-            held = int(self._dsts[e.dst]["refcnt"]) > 0 or any(
-                int(self._pcpu[w][e.dst]["refcnt"]) for w in range(self.nworkers) if w not in self._dead)
-            (keep if held else free).append(e)
+        for e, h in zip(pending, held):
+            (keep if h else free).append(e)
         self._tables.reclaim(free)
         self._pending = keep
 

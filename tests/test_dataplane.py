@@ -503,3 +503,38 @@ def test_wire_control_tables_fib_lookup_as_the_router():
                    [r.fib_lookup(4, a, "10.1.0.2", "eth0") for a in addrs]
         assert c.fib_lookup(4, "10.9.1.1", "10.1.0.2", "eth0") == ("unicast", "eth0")
         assert c.state is dp.state
+
+
+@pytest.mark.parametrize("changes", [3, 40])
+def test_retired_entries_held_by_a_reference_wait(changes):
+    """A retired entry is reclaimed only once no reference holds it: the
+    FIB's shared count (a refcount-mode holder) or any online worker's
+    per-CPU count.  References planted by hand on entries a configure then
+    retires (a few: the one-by-one reads; many: the vectorised ones) keep
+    exactly those pending, their generation unchanged; once dropped, the
+    next configure reclaims them."""
+    n = 60
+    cfg = ("ip link set dev eth0 up\nip -6 addr add 2001:db8::1/64 dev eth0\n"
+           + "".join(f"ip -6 route add 2001:db8:{k:x}::/48 via 2001:db8::2 dev eth0\n"
+                     for k in range(1, n + 1)))
+    with Dataplane(cfg, workers=2) as dp:
+        def dst(k):
+            return next(e.dst for key, e in dp.tables.entries.items()
+                        if key[0] == 6 and str(key[2]) == f"2001:db8:{k:x}::/48")
+        olds = [dst(k) for k in range(1, changes + 1)]
+        shared, w1 = olds[0], olds[-1]     # held by the FIB count, by worker 1
+        pc1 = dp._pcpu[1]
+        dp.dsts["refcnt"][shared] += 1
+        pc1["refcnt"][w1] = 1
+        gens = {d: int(dp.dsts["gen"][d]) for d in olds}
+        dp.configure("".join(f"ip -6 route replace 2001:db8:{k:x}::/48 via 2001:db8::3 dev eth0\n"
+                             for k in range(1, changes + 1)))
+        assert dp.refcounts()["retired_pending"] == 2
+        # the held two untouched, the others reclaimed (a new generation)
+        assert {d: int(dp.dsts["gen"][d]) - gens[d] for d in olds} == \
+            {d: 0 if d in (shared, w1) else 1 for d in olds}
+        dp.dsts["refcnt"][shared] -= 1
+        pc1["refcnt"][w1] = 0
+        dp.configure("")
+        assert dp.refcounts() == {"shared": {}, "workers": {}, "retired_pending": 0}
+        assert all(int(dp.dsts["gen"][d]) == gens[d] + 1 for d in (shared, w1))
