@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="configuration file (iproute2/sysctl lines)")
     ap.add_argument("--iface", action="append", default=None,
                     help="an interface to attach (repeat); default: every device of the "
-                         "configuration but lo and its VRF devices")
+                         "configuration but lo and its VRF and dummy devices")
     ap.add_argument("--stats", nargs="?", type=float, const=0.0, default=None, metavar="SECONDS",
                     help="print counters at exit; with SECONDS, also a line every SECONDS")
     ap.add_argument("--neigh", action="store_true", help="print the neighbour table at exit")

@@ -850,6 +850,9 @@ VRF_CONF = """\
 ip link add vrf-100 type vrf table 100
 ip link set vrf-100 up
 ip link set r2 master vrf-100
+ip link add sid0 type dummy
+ip link set sid0 up
+ip -6 addr add fc00:1::100/128 dev sid0
 ip addr add 10.1.0.1/24 dev r1
 ip -6 addr add 2001:db8:1::1/64 dev r1
 ip addr add 10.2.0.1/24 dev r2
@@ -954,7 +957,7 @@ def test_vrf_end_dt_on_the_wire(topo):
 def vrf_end_dt_on_the_wire(topo, *args):
     """End.DT4, End.DT6 and End.DT46 with a vrftable on the wire, the VRF
     device only in the configuration (no --iface: fastpath attaches to r1
-    and r2, not to vrf-100): h2 receives exactly the decapsulated packets,
+    and r2, not to vrf-100, nor to the dummy device sid0): h2 receives exactly the decapsulated packets,
     the bytes the offline Router gives for the same frames; the plain
     packets towards h2 stay out of the VRF (an ICMP error each, back to
     h1).  (This kernel's own End.DT4 needs the VRF module and seg6

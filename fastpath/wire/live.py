@@ -287,9 +287,12 @@ class Live:
                 st = parse_config(self.config)          # (no tables: the names only)
             except ConfigError as e:
                 raise LiveError(f"configuration: {e}") from None
-            # a VRF device is an l3mdev of the configuration, not a wire:
-            # its enslaved devices are attached, it is not
-            self.names = [n for n, i in st.interfaces.items() if i.kind not in ("loopback", "vrf")]
+            # devices without a wire: a VRF device is an l3mdev of the
+            # configuration (its enslaved devices are attached, it is not),
+            # a dummy one only holds addresses (the kernel's drops what it
+            # is sent and receives nothing)
+            self.names = [n for n, i in st.interfaces.items()
+                          if i.kind not in ("loopback", "vrf", "dummy")]
         if not self.names:
             raise LiveError("no interface to attach to (give --iface DEV)")
         if len(set(self.names)) != len(self.names):
