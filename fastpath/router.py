@@ -372,6 +372,8 @@ def _apply_config(st, tables, text, defer_lpm):
         changed = st.routes.pending()
         _check_changed_gateways(st, changed)
         prefixes = dict.fromkeys(k[:3] for k, _old, _new in changed)
+        # (a load's every route: a tuple each, not needed from here on)
+        del changed
         # (begin copies the interfaces before the first command that changes
         # them: the same dict, nothing of them changed)
         env_changed = st.interfaces is not saved[0] and _env(st.interfaces) != _env(saved[0])

@@ -1230,7 +1230,8 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
     elsewhere know the new entries (a Dataplane's order: entries and rows
     written, snapshot published, grace period, then the LPMs).  ``small``
     False: the devices, addresses, neighbours, rules, sysctls and keys did
-    not change, their tables stay as they are (unless a table appears)."""
+    not change, their tables stay as they are (unless a table appears).
+    ``ops`` is consumed: emptied once read."""
     nlpms = len(t.lpms)
     if small:
         _compile_small(t, state)
@@ -1258,6 +1259,9 @@ def update_tables(t: Tables, state, ops: list, prefixes=None, defer_lpm: bool = 
                 t.throw_count[k[:2]] = t.throw_count.get(k[:2], 0) + 1
         else:
             gone.append(k)
+    # (read once: a load's a tuple per route, let go before the entries,
+    # rows and LPM changes are made)
+    ops.clear()
     # the strict-interface candidates: few (prefixes overlapping fe80::/10,
     # ff00::/8, ::1), found through the RouteTable's index, diffed as in
     # compile_tables
