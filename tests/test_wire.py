@@ -542,6 +542,11 @@ def _mac(ns, dev):
     return _sh("cat", f"/sys/class/net/{dev}/address", ns=ns).stdout.strip().replace(":", "")
 
 
+def _colons(mac: str) -> str:
+    """_mac's 12 hex digits as a colon-separated MAC."""
+    return ":".join(mac[i:i + 2] for i in range(0, 12, 2))
+
+
 def _ns_frame(h1mac, multicast):
     from fastpath.wire.neigh import mcast_mac6, ns_frame, solicited_node
     import ipaddress
@@ -733,9 +738,7 @@ def _srv6_frames(h1mac, rmac):
     from scapy.layers.inet import IP, UDP
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
     from scapy.layers.l2 import Ether
-    def colons(m):
-        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
-    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    eth = Ether(src=_colons(h1mac), dst=_colons(rmac))
     h1, h2 = "2001:db8:1::2", "2001:db8:2::2"
     u = UDP(sport=4001, dport=9) / (b"fastpath-srv6" + bytes(19))
     v4 = IP(src="10.1.0.2", dst="10.2.0.2", ttl=33, tos=0x28) / u
@@ -773,9 +776,7 @@ def _tcp_frames(h1mac, rmac):
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
     from scapy.layers.l2 import Ether
 
-    def colons(m):
-        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
-    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    eth = Ether(src=_colons(h1mac), dst=_colons(rmac))
     opts = [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (123456789, 0)), ("NOP", None),
             ("WScale", 7)]
     syn = TCP(sport=40001, dport=7000, flags="S", seq=1000, window=64240, options=opts)
@@ -874,9 +875,7 @@ def _vrf_frames(h1mac, rmac):
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
     from scapy.layers.l2 import Ether
 
-    def colons(m):
-        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
-    eth = Ether(src=colons(h1mac), dst=colons(rmac))
+    eth = Ether(src=_colons(h1mac), dst=_colons(rmac))
     h1 = "2001:db8:1::2"
     u = UDP(sport=4002, dport=9) / (b"fastpath-vrf" + bytes(20))
     v4 = IP(src="10.1.0.2", dst="10.2.0.2", ttl=33, tos=0x28, id=7) / u
@@ -900,12 +899,10 @@ def offline_results(conf: str, frames: list) -> list:
     first pass through fastpath resolves it."""
     from fastpath import Batch, Router
 
-    def colons(m):
-        return ":".join(m[i:i + 2] for i in range(0, 12, 2))
-    h2mac = colons(_mac(H2, "h2e"))
+    h2mac = _colons(_mac(H2, "h2e"))
     r = Router().configure(
-        f"ip link set dev r1 address {colons(_mac(R, 'r1'))}\n"
-        f"ip link set dev r2 address {colons(_mac(R, 'r2'))}\n" + conf
+        f"ip link set dev r1 address {_colons(_mac(R, 'r1'))}\n"
+        f"ip link set dev r2 address {_colons(_mac(R, 'r2'))}\n" + conf
         + f"ip neigh add 10.2.0.2 lladdr {h2mac} dev r2\n"
         f"ip -6 neigh add 2001:db8:2::2 lladdr {h2mac} dev r2\n")
     b = Batch.from_packets(frames, iif="r1", linktype="ethernet")
@@ -957,10 +954,10 @@ def test_vrf_end_dt_on_the_wire(topo):
 def vrf_end_dt_on_the_wire(topo, *args):
     """End.DT4, End.DT6 and End.DT46 with a vrftable on the wire, the VRF
     device only in the configuration (no --iface: fastpath attaches to r1
-    and r2, not to vrf-100, nor to the dummy device sid0): h2 receives exactly the decapsulated packets,
-    the bytes the offline Router gives for the same frames; the plain
-    packets towards h2 stay out of the VRF (an ICMP error each, back to
-    h1).  (This kernel's own End.DT4 needs the VRF module and seg6
+    and r2, not to vrf-100, nor to the dummy device sid0): h2 receives
+    exactly the decapsulated packets, the bytes the offline Router gives
+    for the same frames; the plain packets towards h2 stay out of the VRF
+    (an ICMP error each, back to h1).  (This kernel's own End.DT4 needs the VRF module and seg6
     lwtunnels; the offline datapath is held to the kernel where it has
     them.)"""
     frames = _vrf_frames(_mac(H1, "h1e"), _mac(R, "r1"))
