@@ -270,6 +270,34 @@ def test_unknown_ingress_interface_is_a_caller_error(router):
         run(router, [udp6("2001:db8:99::5")], iif="nope")
 
 
+@given(st.lists(st.sampled_from(["tun0", "tun1", "lo", "nope", None]), min_size=1, max_size=40),
+       st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_ingress_names_resolve_per_packet(names, uniform):
+    """prepare_batch resolves a batch of one name with one lookup and a
+    mixed one name by name: either way each packet gets its own name's
+    ifindex (by hand from the interfaces), and a batch holding an unknown
+    name or a None anywhere is refused, naming it, with nothing resolved."""
+    from fastpath.router import prepare_batch
+    router = Router()
+    router.configure(NET)
+    if uniform:
+        names = [names[0]] * len(names)
+    b = Batch.from_packets([bytes(udp6("2001:db8:99::5"))] * len(names))
+    b.set_iif(["tun0"] * len(names))
+    b.iif_names = list(names)
+    b.iif[:] = 7777
+    known = {n: router.interfaces[n].ifindex for n in ("tun0", "tun1", "lo")}
+    bad = [n for n in names if n not in known]
+    if bad:
+        with pytest.raises(ValueError, match=f"unknown ingress interface {bad[0]!r}"):
+            prepare_batch(b, router._tables)
+        assert (b.iif == 7777).all() and b.iif_names == names
+    else:
+        prepare_batch(b, router._tables)
+        assert b.iif.tolist() == [known[n] for n in names] and b.iif_names is None
+
+
 def test_down_interface():
     r = Router()
     r.configure(NET + "ip link set tun0 down\n")
