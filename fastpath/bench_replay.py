@@ -2,6 +2,7 @@
 
     python -m fastpath.bench_replay [--packets N] [--small N] [--runs R]
         [--batch N] [--dir DIR] [--json PATH] [--no-others] [--no-rss] [--numpy-io]
+        [--workers N[,N...] | --no-workers]
 
 The capture: N (default 1M) 94-byte End frames (Ethernet + IPv6 + a
 2-segment SRH), the "End" scenario of ``fastpath/scenarios.py`` with its
@@ -21,7 +22,15 @@ that it is in the page cache.  What is timed (median of R runs, min-max):
   (``pip install dpkt``) doing the I/O, fastpath's Router in the middle,
   on a smaller capture (``--small``, default 50k packets);
 * peak RSS of a replay of 100k and of N packets, each in a fresh process:
-  the reader and writers stream, so it does not grow with the capture.
+  the reader and writers stream, so it does not grow with the capture;
+* ``python -m fastpath.replay --workers W`` (``fastpath.Dataplane``) as a
+  user runs it, for W = 1 (the Router in line) and each W of
+  ``--workers`` (default 2), on the capture above -- one RSS flow, since
+  its frames differ only in the SRH, so all of it goes to one worker, as
+  to one queue of a NIC -- and on the same frames from 256 outer sources
+  (RSS spreads them evenly): the summary's rate (the replay, not the
+  start-up), its ratio to ``--workers 1`` in the same run, and the
+  seconds inside ``process``.
 
 Files go to DIR (default /dev/shm when it exists, else the temp dir) and
 are removed afterwards.  Every timed run, fastpath's and the tools', writes
@@ -53,10 +62,16 @@ from .scenarios import SCENARIOS
 FIB_SIZE, FLOWS = 1000, 256
 
 
-def build_capture(path: str, n: int, batch: int = 4096):
-    """Write the End scenario's frames, n of them, to a pcapng; return the config."""
+def build_capture(path: str, n: int, batch: int = 4096, sources: int = 0):
+    """Write the End scenario's frames, n of them, to a pcapng; return the
+    config.  ``sources`` > 0: frame k's outer IPv6 source ends in byte
+    ``k % sources`` (End does not read it; RSS hashes it)."""
     cfg, frames, iif = SCENARIOS["End"][1](FIB_SIZE, batch, FLOWS, np.random.default_rng(1))
     b = Batch.from_packets(frames, linktype="ethernet", slot=256)
+    if sources:
+        # Ethernet (14) + the IPv6 source's last byte (8 + 15)
+        rows = np.arange(len(b))
+        b.data[rows, b.start + 14 + 8 + 15] = (rows % sources).astype(np.uint8)
     with fpcap.PcapngWriter(path, select="all") as w:
         t0 = 1_700_000_000 * 10**9
         for k in range(0, n, batch):
@@ -241,6 +256,49 @@ def dpkt_replay(r, iif, src, out, batch):
     return time.perf_counter() - t0, n
 
 
+def replay_cli(src, out, cfgpath, iif, workers, batch):
+    """One ``python -m fastpath.replay --workers W --summary json`` run:
+    its summary (a dict)."""
+    res = subprocess.run([sys.executable, "-m", "fastpath.replay", src, "--config", cfgpath,
+                          "--iif", iif, "-o", out, "--workers", str(workers), "--batch",
+                          str(batch), "--summary", "json", "--no-progress"],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"fastpath.replay --workers {workers} failed: "
+                           f"{res.stderr.strip() or res.returncode}")
+    return json.loads(res.stdout)
+
+
+def workers_rows(d, cfg, iif, captures, counts, runs, batch):
+    """``fastpath.replay --workers W`` for W = 1 and each of ``counts`` on
+    each capture ({label: path}), interleaved run by run; per capture and
+    W: the median rate and the seconds in process, and the ratio to W=1."""
+    cfgpath = os.path.join(d, "routes-workers.conf")
+    with open(cfgpath, "w") as f:
+        f.write(cfg)
+    out = os.path.join(d, "out-workers.pcapng")
+    ws = [1] + [w for w in counts if w != 1]
+    got = {(c, w): [] for c in captures for w in ws}
+    for _ in range(runs):
+        for c, path in captures.items():
+            for w in ws:
+                _fresh(out)
+                got[(c, w)].append(replay_cli(path, out, cfgpath, iif, w, batch))
+    rows = {}
+    for c in captures:
+        base = statistics.median(x["packets_per_s"] for x in got[(c, 1)])
+        rows[c] = {}
+        for w in ws:
+            xs = got[(c, w)]
+            rate = statistics.median(x["packets_per_s"] for x in xs)
+            rows[c][str(w)] = {"packets_per_s": _median([x["packets_per_s"] for x in xs]),
+                               "datapath_s": statistics.median(x["datapath_s"] for x in xs),
+                               "packets": xs[0]["packets"], "workers": xs[0]["workers"],
+                               "forwarded": xs[0]["verdicts"].get("forward", 0),
+                               "ratio_to_1": rate / base if base else None}
+    return rows
+
+
 def _child(argv):
     """--child SRC OUT CONFIG IIF BATCH: one replay, then peak RSS as JSON."""
     src, out, cfgpath, iif, batch = argv
@@ -288,7 +346,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child runs")
     ap.add_argument("--numpy-io", action="store_true",
                     help="use the numpy fallback instead of fastpath._pcapio")
+    ap.add_argument("--workers", default="2", metavar="N[,N...]",
+                    help="worker counts of the fastpath.replay --workers rows (default 2; "
+                         "each against --workers 1)")
+    ap.add_argument("--no-workers", action="store_true",
+                    help="skip the fastpath.replay --workers rows")
     args = ap.parse_args(argv)
+    try:
+        counts = sorted({int(x) for x in args.workers.split(",") if x.strip()})
+    except ValueError:
+        ap.error(f"--workers: not a list of numbers: {args.workers!r}")
+    if any(w < 1 for w in counts):
+        ap.error("--workers: counts must be >= 1")
     if args.numpy_io:
         fpcap.use_compiled(False)
     base = args.dir or ("/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
@@ -348,7 +417,6 @@ def main(argv=None) -> int:
                                 "packets_per_s": args.packets / statistics.median(tool_s[name])}
             else:
                 report[name] = {"skipped": f"{name} not installed"}
-        fpr = report["fastpath"]
         parts = fastpath_parts(cfg, iif, src, out, args.batch, min(args.packets, 200_000))
         report["fastpath_parts_ns_per_packet"] = parts
         for name, label in (("fastpath", "pcapng -> pcapng"),
@@ -413,6 +481,20 @@ def main(argv=None) -> int:
             print("peak RSS: " + ", ".join(
                 f"{int(k):,} packets {v['maxrss_kb'] / 1024:.0f} MiB (configured router "
                 f"{v['rss_before_kb'] / 1024:.0f} MiB before the replay)" for k, v in rss.items()))
+        if not args.no_workers:
+            spread = os.path.join(d, "in-spread.pcapng")
+            build_capture(spread, args.packets, args.batch, sources=256)
+            _warm(spread)
+            caps = {"one flow": src, "256 sources": spread}
+            rows = workers_rows(d, cfg, iif, caps, counts, max(1, min(3, args.runs)), args.batch)
+            report["replay_workers"] = {"cpus": os.cpu_count(), "rows": rows}
+            for c, per in rows.items():
+                for w, r in per.items():
+                    print(f"replay    --workers {w:<3} {c:<11}: "
+                          f"{r['packets_per_s']['median'] / 1e6:6.2f} M packets/s "
+                          f"(min {r['packets_per_s']['min'] / 1e6:.2f}, max "
+                          f"{r['packets_per_s']['max'] / 1e6:.2f}), {r['ratio_to_1']:.2f}x "
+                          f"--workers 1, {r['datapath_s']:.3f} s in process")
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if args.json:
