@@ -211,6 +211,80 @@ def test_a_large_configure_leaves_no_young_garbage_pass():
     assert young() > 0                              # (left for the collector's own pace)
 
 
+def test_a_churn_batch_goes_to_the_oldest_generation_unwalked(monkeypatch):
+    """A configure of router._PROMOTE_LINES lines or more (churn: replaces
+    that free as much as they make) leaves nothing young and runs no
+    collection: its objects, and what the program had young then, go to
+    the oldest generation unwalked -- a reference cycle of the program's
+    then stays until a full collection, which the promotions still bring
+    once _PROMOTE_COLLECT objects went that way.  Nothing is left frozen,
+    a program's own frozen objects stay frozen, and with the collector
+    disabled by the program nothing is touched."""
+    import gc
+    import weakref
+    from fastpath import router as R
+    if not gc.isenabled():
+        pytest.skip("the collector is disabled in this process")
+    gc.unfreeze()
+
+    class Cycle:
+        pass
+
+    def cycle():
+        a = Cycle()
+        a.me = a
+        return weakref.ref(a)
+
+    def young():
+        return len(gc.get_objects(generation=0)) + len(gc.get_objects(generation=1))
+
+    def churn(flip):
+        return "".join(f"route replace 20.0.{i >> 8 & 255}.{i & 255}/32 via 10.0.1.{2 + flip} "
+                       "dev eth0\n" for i in range(2000))
+    r = Router()
+    r.configure("ip addr add 10.0.1.1/24 dev eth0\n" + churn(0))
+    gen = []
+    cb = lambda phase, info: gen.append(info["generation"]) if phase == "start" else None
+    gc.collect()
+    gc.callbacks.append(cb)
+    try:
+        w = cycle()
+        r.configure(churn(1))
+        assert gen == [] and young() < 100, (gen, young())
+        assert gc.get_freeze_count() == 0
+        gc.collect(1)
+        assert w() is not None                  # promoted with the batch, unexamined
+        gc.collect()
+        assert w() is None                      # a full collection takes it
+        # the backstop
+        monkeypatch.setattr(R, "_PROMOTE_COLLECT", 1)
+        w, gen[:] = cycle(), []
+        r.configure(churn(0))
+        assert w() is None and 2 in gen
+        monkeypatch.undo()
+        # a program's frozen objects stay frozen
+        keep = Cycle()
+        gc.freeze()
+        r.configure(churn(1))
+        assert gc.get_freeze_count() > 0
+        assert not any(o is keep for o in gc.get_objects())   # still in the permanent one
+        gc.unfreeze()
+        assert any(o is keep for o in gc.get_objects(generation=2))
+        del keep
+        # the collector disabled by the program: left as it is
+        gc.collect()
+        gc.disable()
+        try:
+            r.configure(churn(0))
+            assert not gc.isenabled() and young() > 1000
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(cb)
+        gc.unfreeze()
+    assert r.dump() == Router().configure(r.dump()).dump()
+
+
 def test_frozen_after_a_load_and_still_freed(monkeypatch):
     """In fastpath's own processes (router.freeze_after_loads) a large
     configure ends with gc.freeze() instead of a collection: its objects
