@@ -538,3 +538,21 @@ def test_retired_entries_held_by_a_reference_wait(changes):
         dp.configure("")
         assert dp.refcounts() == {"shared": {}, "workers": {}, "retired_pending": 0}
         assert all(int(dp.dsts["gen"][d]) == gens[d] + 1 for d in (shared, w1))
+
+
+@pytest.mark.parametrize("given", [None, "3"])
+def test_workers_keep_numpy_blas_to_one_thread(monkeypatch, given):
+    """A worker's environment asks OpenBLAS for no threads of its own (it
+    does no linear algebra; each of its threads spun at start-up), unless
+    the caller set the variable; with it at 1 the worker runs one thread."""
+    if given is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", given)
+    with Dataplane("ip -6 addr add 2001:db8::1/64 dev eth0\n", workers=2) as dp:
+        for p in dp._procs:
+            env = open(f"/proc/{p.pid}/environ", "rb").read().split(b"\0")
+            want = given or "1"
+            assert f"OPENBLAS_NUM_THREADS={want}".encode() in env
+            if want == "1":
+                assert len(os.listdir(f"/proc/{p.pid}/task")) == 1

@@ -81,6 +81,7 @@ import time
 from multiprocessing.connection import Connection
 
 from ..config import ConfigError
+from ..dataplane import worker_env
 from .live import RX_BLOCK_NR, RX_BLOCK_SIZE, Live, LiveError, io_module
 
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
@@ -440,7 +441,8 @@ class Supervisor(Live):
     def _spawn(self, w):
         parent, child = socket.socketpair()
         p = subprocess.Popen([sys.executable, "-m", "fastpath.wire.workers", str(child.fileno())],
-                             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+                             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                             env=worker_env())
         child.close()
         conn = Connection(parent.detach())
         wk = _W(w, p, conn)
