@@ -426,3 +426,57 @@ def test_handoff_row_copies():
     assert _rss.own_rows(owner, 7, rows) == 0
     with pytest.raises(ValueError, match="more rows"):
         _rss.own_rows(owner, 1, np.zeros(2, np.int64))
+
+
+_FIELD_DTYPES = (np.int32, np.uint16, np.uint32, np.int64, np.uint8)
+
+
+@given(st.integers(1, 60), st.data())
+@settings(max_examples=150, deadline=None)
+def test_move_fields_is_take_and_fancy_assignment(nrows, data):
+    """move_fields (a worker's fields, in and back, in one call) against
+    numpy: gather is np.take, scatter is the fancy assignment, for every
+    field of every item size; the other rows are left alone."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    k = data.draw(st.integers(0, nrows))
+    idx = rng.permutation(nrows)[:k].astype(np.int64)
+    n = data.draw(st.integers(0, k))
+    src = tuple(rng.integers(0, 100, nrows).astype(dt) for dt in _FIELD_DTYPES)
+    dst = tuple(rng.integers(100, 200, max(k, 1)).astype(dt) for dt in _FIELD_DTYPES)
+    want = tuple(d.copy() for d in dst)
+    for w, s in zip(want, src):
+        w[:n] = np.take(s, idx[:n])
+    _rss.move_fields(src, dst, idx, n, True)
+    assert all((a == b).all() for a, b in zip(dst, want))
+    back = tuple(rng.integers(200, 250, nrows).astype(dt) for dt in _FIELD_DTYPES)
+    want = tuple(b.copy() for b in back)
+    for w, d in zip(want, dst):
+        w[idx[:n]] = d[:n]
+    _rss.move_fields(dst, back, idx, n, False)
+    assert all((a == b).all() for a, b in zip(back, want))
+
+
+def test_move_fields_refuses_what_does_not_fit():
+    """An index or a length out of range, arrays of two item sizes or not
+    1-D: a ValueError, and nothing written."""
+    src = (np.arange(10, dtype=np.int32), np.arange(10, dtype=np.uint16))
+    dst = (np.zeros(4, np.int32), np.zeros(4, np.uint16))
+    idx = np.array([1, 9, 3, 0], np.int64)
+    for bad, n, msg in ((np.array([1, 10], np.int64), 2, "out of range"),
+                        (np.array([-1, 2], np.int64), 2, "out of range"),
+                        (idx, 5, "n out of range")):
+        with pytest.raises(ValueError, match=msg):
+            _rss.move_fields(src, dst, bad, n, True)
+        assert not any(d.any() for d in dst)
+    with pytest.raises(ValueError, match="shorter than n"):
+        _rss.move_fields(src, (np.zeros(3, np.int32), np.zeros(3, np.uint16)), idx, 4, True)
+    with pytest.raises(ValueError, match="item size"):
+        _rss.move_fields(src, (np.zeros(4, np.int64), np.zeros(4, np.uint16)), idx, 4, True)
+    with pytest.raises(ValueError, match="item size"):
+        _rss.move_fields((np.zeros((10, 2), np.int32),), (np.zeros(4, np.int32),), idx, 4, True)
+    with pytest.raises(ValueError, match="numbers of fields"):
+        _rss.move_fields(src, dst[:1], idx, 4, True)
+    with pytest.raises(ValueError, match="out of range"):       # scatter: the indexed side
+        _rss.move_fields(dst, (np.zeros(9, np.int32), np.zeros(9, np.uint16)), idx, 4, False)
+    _rss.move_fields(src, dst, idx, 4, True)
+    assert dst[0].tolist() == [1, 9, 3, 0] and dst[1].tolist() == [1, 9, 3, 0]
