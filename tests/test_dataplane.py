@@ -197,8 +197,11 @@ def test_a_killed_worker_does_not_stop_the_others():
 
 
 def _run_script(body, sig=None):
+    # (SIGINT back to Python's handler: a test run started in the
+    # background inherits it ignored, and the Ctrl-C case would not stop)
     code = textwrap.dedent(f"""
-        import os, sys, time, numpy as np, fastpath
+        import os, signal, sys, time, numpy as np, fastpath
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from fastpath.scenarios import SCENARIOS
         cfg, pkts, iif = SCENARIOS["End"][1](10, 64, 8, np.random.default_rng(1))
         print(os.getpid(), flush=True)
