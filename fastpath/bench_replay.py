@@ -486,8 +486,15 @@ def main(argv=None) -> int:
             build_capture(spread, args.packets, args.batch, sources=256)
             _warm(spread)
             caps = {"one flow": src, "256 sources": spread}
-            rows = workers_rows(d, cfg, iif, caps, counts, max(1, min(3, args.runs)), args.batch)
-            report["replay_workers"] = {"cpus": os.cpu_count(), "rows": rows}
+            try:
+                rows = workers_rows(d, cfg, iif, caps, counts, max(1, min(3, args.runs)),
+                                    args.batch)
+            except (RuntimeError, ValueError) as e:     # (a replay's own message)
+                rows = {}
+                report["replay_workers"] = {"cpus": os.cpu_count(), "error": str(e)}
+                print(f"replay    --workers: {e}", file=sys.stderr)
+            else:
+                report["replay_workers"] = {"cpus": os.cpu_count(), "rows": rows}
             for c, per in rows.items():
                 for w, r in per.items():
                     print(f"replay    --workers {w:<3} {c:<11}: "

@@ -71,3 +71,21 @@ def test_workers_rows(tmp_path):
 def test_bad_worker_counts(bad):
     rc, out, err = run("--packets", "10", "--workers", bad)
     assert rc == 2 and "--workers" in err and "Traceback" not in err
+
+
+def test_a_failing_workers_replay_is_one_line(tmp_path, monkeypatch, capsys):
+    """A replay that fails in the workers rows is reported in one line (and
+    in the JSON), the rest of the report kept; no traceback."""
+    from fastpath import bench_replay
+
+    def fail(*a, **k):
+        raise RuntimeError("fastpath.replay --workers 2 failed: no room")
+    monkeypatch.setattr(bench_replay, "replay_cli", fail)
+    js = tmp_path / "out.json"
+    assert bench_replay.main(["--packets", "3000", "--runs", "1", "--batch", "1024",
+                              "--no-others", "--no-rss", "--dir", str(tmp_path),
+                              "--json", str(js)]) == 0
+    err = capsys.readouterr().err
+    assert "replay    --workers: fastpath.replay --workers 2 failed: no room" in err
+    doc = json.loads(js.read_text())
+    assert "no room" in doc["replay_workers"]["error"] and doc["fastpath"]["median"] > 0
