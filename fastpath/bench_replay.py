@@ -286,16 +286,16 @@ def workers_rows(d, cfg, iif, captures, counts, runs, batch):
                 got[(c, w)].append(replay_cli(path, out, cfgpath, iif, w, batch))
     rows = {}
     for c in captures:
-        base = statistics.median(x["packets_per_s"] for x in got[(c, 1)])
         rows[c] = {}
-        for w in ws:
+        for w in ws:                     # (1 first: the base of the ratios)
             xs = got[(c, w)]
-            rate = statistics.median(x["packets_per_s"] for x in xs)
-            rows[c][str(w)] = {"packets_per_s": _median([x["packets_per_s"] for x in xs]),
+            pps = _median([x["packets_per_s"] for x in xs])
+            base = rows[c]["1"]["packets_per_s"]["median"] if w != 1 else pps["median"]
+            rows[c][str(w)] = {"packets_per_s": pps,
                                "datapath_s": statistics.median(x["datapath_s"] for x in xs),
                                "packets": xs[0]["packets"], "workers": xs[0]["workers"],
                                "forwarded": xs[0]["verdicts"].get("forward", 0),
-                               "ratio_to_1": rate / base if base else None}
+                               "ratio_to_1": pps["median"] / base if base else None}
     return rows
 
 
@@ -486,15 +486,14 @@ def main(argv=None) -> int:
             build_capture(spread, args.packets, args.batch, sources=256)
             _warm(spread)
             caps = {"one flow": src, "256 sources": spread}
+            rw = report["replay_workers"] = {"cpus": os.cpu_count()}
             try:
-                rows = workers_rows(d, cfg, iif, caps, counts, max(1, min(3, args.runs)),
-                                    args.batch)
+                rows = rw["rows"] = workers_rows(d, cfg, iif, caps, counts,
+                                                 max(1, min(3, args.runs)), args.batch)
             except (RuntimeError, ValueError) as e:     # (a replay's own message)
                 rows = {}
-                report["replay_workers"] = {"cpus": os.cpu_count(), "error": str(e)}
+                rw["error"] = str(e)
                 print(f"replay    --workers: {e}", file=sys.stderr)
-            else:
-                report["replay_workers"] = {"cpus": os.cpu_count(), "rows": rows}
             for c, per in rows.items():
                 for w, r in per.items():
                     print(f"replay    --workers {w:<3} {c:<11}: "

@@ -350,9 +350,9 @@ def worker_env() -> dict:
     """The environment of a worker process: this one's, with numpy's BLAS
     kept to the calling thread.  A worker does no linear algebra, but
     OpenBLAS starts a thread per CPU when numpy is imported, and they spin
-    for ~0.1 s: a worker here had 2 threads and used ~0.2 s of CPU to start,
-    now 1 and ~0.1 s, and on a 64-CPU machine each worker would start 63
-    threads spinning on the CPUs the other workers forward on."""
+    for ~0.1 s: a worker here had 2 threads and used 0.20-0.26 s of CPU to
+    start, now 1 and 0.14-0.16 s, and on a 64-CPU machine each worker would
+    start 63 threads spinning on the CPUs the other workers forward on."""
     env = dict(os.environ)
     for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(k, "1")

@@ -346,23 +346,19 @@ def gc_paused(promote: bool = False):
             # after gc.enable() -- get_count's tuple -- starts the very
             # young collection this avoids)
             young = gc.get_count()[0]
-            if young > _GC_AFTER:
-                if _FREEZE:
-                    gc.freeze()
-                else:
+            if _FREEZE and (promote or young > _GC_AFTER):
+                gc.freeze()
+            elif young > _GC_AFTER:
+                gc.collect()
+            elif promote and gc.get_freeze_count() == 0:
+                _promoted += young
+                if _promoted >= _PROMOTE_COLLECT:
+                    _promoted = 0
                     gc.collect()
-            elif promote:
-                if _FREEZE:
+                else:
+                    # straight to the oldest generation, unwalked
                     gc.freeze()
-                elif gc.get_freeze_count() == 0:
-                    _promoted += young
-                    if _promoted >= _PROMOTE_COLLECT:
-                        _promoted = 0
-                        gc.collect()
-                    else:
-                        # straight to the oldest generation, unwalked
-                        gc.freeze()
-                        gc.unfreeze()
+                    gc.unfreeze()
             gc.enable()
 
 
