@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .lpm import Lpm
+from .config.lexer import _net_int, _prefix
 
 # reserved route entries, as fp.pxd DST_*
 DST_IP6_NULL, DST_IP6_BLACKHOLE, DST_IP6_PROHIBIT = 0, 1, 2
@@ -743,16 +744,8 @@ def apply_lpm(t: Tables) -> None:
             # a run of adds to one table: one compiled loop (add_many) instead
             # of a Python call and a prefix parse each
             run = pending[i:j]
-            # (the networks' fields, not their properties: ipaddress's
-            # ``_ip`` and ``_prefixlen``, which every network has)
-            if lpm.family == 6:
-                addrs = np.frombuffer(b"".join([x[1].network_address._ip.to_bytes(16, "big")
-                                                for x in run]),
-                                      dtype=np.uint8).reshape(-1, 16)
-            else:
-                addrs = np.fromiter([x[1].network_address._ip for x in run], np.uint32, len(run))
-            lpm.add_many(addrs, np.fromiter([x[1]._prefixlen for x in run], np.uint8, len(run)),
-                         np.fromiter([x[2] for x in run], np.uint32, len(run)))
+            addrs, plens = _lpm_keys([x[1] for x in run], lpm.family)
+            lpm.add_many(addrs, plens, np.fromiter([x[2] for x in run], np.uint32, len(run)))
             i = j
             continue
         if value:
@@ -919,9 +912,24 @@ def _fast_word(e: _Entry) -> int:
 _STRICT_TYPES = frozenset(("unicast", "local", "anycast", "multicast"))
 
 
+def _lpm_keys(nets: list, family: int) -> tuple:
+    """(addresses, lengths) of networks as Lpm.add_many takes them: the
+    compiled walk (fastpath._prefix.lpm_keys) where it is built, else this,
+    the networks' fields (ipaddress's ``_ip`` and ``_prefixlen``), the
+    reference it is tested against."""
+    if _prefix is not None:
+        return _prefix.lpm_keys(nets, family)
+    if family == 6:
+        addrs = np.frombuffer(b"".join([x.network_address._ip.to_bytes(16, "big") for x in nets]),
+                              dtype=np.uint8).reshape(-1, 16)
+    else:
+        addrs = np.fromiter([x.network_address._ip for x in nets], np.uint32, len(nets))
+    return addrs, np.fromiter([x._prefixlen for x in nets], np.uint8, len(nets))
+
+
 def _holds_strict(net) -> bool:
     """Whether an IPv6 prefix holds an address rt6_need_strict() is true of."""
-    a, plen = int(net.network_address), net.prefixlen
+    a, plen = _net_int(net), net._prefixlen
     if plen >= 8 and (a >> 120) not in (0, 0xFE, 0xFF):
         return False           # (most prefixes: decided by the first byte)
     for s, sl in STRICT_NETS:

@@ -994,23 +994,36 @@ def test_parsed_prefixes_are_ipaddress_networks(addr, plen, other):
     assert str(net) == str(ref) and repr(net) == repr(ref)
     assert pickle.loads(pickle.dumps(net)) == ref
     # (made of its fields, not by ipaddress's __init__: every derived value
-    # as the reference's, and ipaddress's own constructor gives the same)
+    # as the reference's, and ipaddress's own constructor gives the same;
+    # the compiled prefixes (fastpath._prefix) and the Python ones that
+    # hash once, the reference they are held to, alike)
     import itertools
-    from fastpath.config.lexer import _net_by_fields, _net_of
-    for n in (net, _net_by_fields(type(net), int(ref.network_address), plen),
-              type(net)((int(ref.network_address), plen))):
-        assert (n.network_address, n.netmask, n.prefixlen, n.hostmask, n.broadcast_address,
-                n.num_addresses, n.with_prefixlen, n.with_netmask, n.exploded, n.compressed,
-                n.is_private, n.is_global, n.is_multicast, n.is_loopback) == (
-            ref.network_address, ref.netmask, ref.prefixlen, ref.hostmask, ref.broadcast_address,
-            ref.num_addresses, ref.with_prefixlen, ref.with_netmask, ref.exploded, ref.compressed,
-            ref.is_private, ref.is_global, ref.is_multicast, ref.is_loopback)
-        assert list(itertools.islice(n.hosts(), 5)) == list(itertools.islice(ref.hosts(), 5))
-        assert addr in n and n.subnet_of(ref) and ref.supernet() == n.supernet() if plen else True
-        assert repr(n.network_address) == repr(ref.network_address)
-        assert hash(n.network_address) == hash(ref.network_address)
-        assert hash(n) == hash(ref) and n == ref        # (its hash set when made)
-    assert _net_of is _net_by_fields        # (this Python's ipaddress: the fast path)
+    from fastpath.config import lexer
+    v4 = ref.version == 4
+    kinds = [(lexer._HashedNet4 if v4 else lexer._HashedNet6, lexer._py_net_of)]
+    if lexer._prefix is not None:
+        kinds.append((lexer._Net4 if v4 else lexer._Net6, lexer._prefix.make))
+        assert type(net) is kinds[1][0] and lexer._net_of is lexer._prefix.make
+    else:
+        assert type(net) is kinds[0][0]
+    for cls, make in kinds:
+        assert make is not lexer._py_net_of or make is lexer._net_by_fields  # (the fast path)
+        for n in (make(cls, int(ref.network_address), plen), cls((int(ref.network_address), plen)),
+                  cls(f"{addr}/{plen}", strict=False)):
+            assert type(n) is cls
+            assert (n.network_address, n.netmask, n.prefixlen, n.hostmask, n.broadcast_address,
+                    n.num_addresses, n.with_prefixlen, n.with_netmask, n.exploded, n.compressed,
+                    n.is_private, n.is_global, n.is_multicast, n.is_loopback) == (
+                ref.network_address, ref.netmask, ref.prefixlen, ref.hostmask, ref.broadcast_address,
+                ref.num_addresses, ref.with_prefixlen, ref.with_netmask, ref.exploded, ref.compressed,
+                ref.is_private, ref.is_global, ref.is_multicast, ref.is_loopback)
+            assert list(itertools.islice(n.hosts(), 5)) == list(itertools.islice(ref.hosts(), 5))
+            assert addr in n and n.subnet_of(ref) and ref.supernet() == n.supernet() if plen else True
+            assert repr(n.network_address) == repr(ref.network_address)
+            assert hash(n.network_address) == hash(ref.network_address)
+            assert hash(n) == hash(ref) and n == ref and ref == n and n == net and net == n
+            assert str(n) == str(ref) and repr(n) == repr(ref) and not n != ref
+            assert pickle.loads(pickle.dumps(n)) == ref and type(pickle.loads(pickle.dumps(n))) is cls
     o = ipaddress.ip_network(f"{other}/{other.max_prefixlen}")
     _b, _m, onet = _parse_prefix(f"{other}/{other.max_prefixlen}", None)
     assert (net == onet) == (ref == o) and (net != onet) == (ref != o)

@@ -208,12 +208,27 @@ def _parse_addr(tok: str, fam: Optional[int], what: str = "address") -> IPAddres
     return a
 
 
-class _HashedOnce:
+class _Hosts:
+    """``hosts()`` of a prefix fastpath makes without ipaddress's
+    ``__init__``.  That __init__ sets a per-instance ``hosts`` on a /31 and
+    a /32 (/127, /128): a closure, a cell and a tuple per host route for the
+    garbage collector to walk; this gives the same answers as a method."""
+
+    def hosts(self):
+        if self._prefixlen == self._max_prefixlen:
+            return [self.network_address]
+        if self._prefixlen == self._max_prefixlen - 1:
+            return self.__iter__()
+        return super().hosts()
+
+
+class _HashedOnce(_Hosts):
     """A network that computes its hash once.  A route's prefix is hashed a
     dozen times per change (the keys of the routes, their indexes and the
     compiled entries all hold it) and ipaddress hashes in Python.  Equal
     to, and hashed as, the ipaddress network of the same prefix (mixed in
-    before it: _Net4, _Net6)."""
+    before it: _Net4, _Net6 where fastpath._prefix is not built, and the
+    reference that compiled type is tested against)."""
 
     def __hash__(self):
         try:
@@ -229,38 +244,28 @@ class _HashedOnce:
         return super().__eq__(other)
 
     def __repr__(self):
-        return f"{type(self).__mro__[2].__name__}('{self}')"
-
-    def hosts(self):
-        # (ipaddress's __init__ sets a per-instance ``hosts`` on a /31 and a
-        # /32 (/127, /128): a closure, a cell and a tuple per host route for
-        # the garbage collector to walk; the same answers as a method)
-        if self._prefixlen == self._max_prefixlen:
-            return [self.network_address]
-        if self._prefixlen == self._max_prefixlen - 1:
-            return self.__iter__()
-        return super().hosts()
+        return f"{self._ipaddress_class.__name__}('{self}')"
 
 
-class _Net4(_HashedOnce, ipaddress.IPv4Network):
-    pass
+class _HashedNet4(_HashedOnce, ipaddress.IPv4Network):
+    _ipaddress_class = ipaddress.IPv4Network
 
 
-class _Net6(_HashedOnce, ipaddress.IPv6Network):
-    pass
+class _HashedNet6(_HashedOnce, ipaddress.IPv6Network):
+    _ipaddress_class = ipaddress.IPv6Network
 
 
 def _net_by_fields(cls, v, n):
     """A masked network made of its fields (``v`` the masked integer, ``n``
     the prefix length, both checked by the caller): what ipaddress's
     __init__ sets from ``(v, n)``, without its parsing -- 0.9 us a prefix --
-    or its per-instance ``hosts``.  ``_net_of`` is this or, where the
+    or its per-instance ``hosts``.  The Python ``_net_of``: this or, where the
     running Python's ipaddress keeps other fields (checked once, at import,
     against __init__), the class itself."""
     net = object.__new__(cls)
     a = object.__new__(cls._address_class)
     a._ip = v
-    if cls is _Net6:
+    if issubclass(cls, ipaddress.IPv6Network):
         a._scope_id = None
     net.network_address = a
     net.netmask, net._prefixlen = m = cls._make_netmask(n)
@@ -273,12 +278,13 @@ def _net_by_fields(cls, v, n):
 
 def _fields_agree() -> bool:
     try:
-        for cls, v, n in ((_Net4, 0x0A000000, 8), (_Net4, 0x0A000001, 32), (_Net6, 0x2001 << 112, 48),
-                          (_Net6, 1, 128), (_Net4, 0x0A000002, 31)):
+        for cls, v, n in ((_HashedNet4, 0x0A000000, 8), (_HashedNet4, 0x0A000001, 32),
+                          (_HashedNet6, 0x2001 << 112, 48), (_HashedNet6, 1, 128),
+                          (_HashedNet4, 0x0A000002, 31)):
             ref, got = cls((v, n)), _net_by_fields(cls, v, n)
             if (set(vars(ref)) - {"hosts"} != set(vars(got)) - {"_h"}
                     or any(vars(ref)[k] != vars(got)[k] for k in vars(got) if k != "_h")
-                    or hash(got) != hash(cls.__mro__[2]((v, n)))
+                    or hash(got) != hash(cls._ipaddress_class((v, n)))
                     or type(ref.network_address).__slots__ != type(got.network_address).__slots__
                     or repr(ref.network_address) != repr(got.network_address)
                     or ref != got or str(ref) != str(got)
@@ -289,7 +295,52 @@ def _fields_agree() -> bool:
         return False
 
 
-_net_of = _net_by_fields if _fields_agree() else (lambda cls, v, n: cls((v, n)))
+_py_net_of = _net_by_fields if _fields_agree() else (lambda cls, v, n: cls((v, n)))
+
+try:
+    from .. import _prefix
+except ImportError:         # (not built: the networks that hash once)
+    _prefix = None
+
+
+if _prefix is not None:
+    class _Compact(_Hosts):
+        """An ipaddress network whose fields, hash and comparisons are
+        fastpath._prefix.Prefix's, in C (pyx/_prefix.pyx says why):
+        ~40 bytes instead of ~260, and a dict lookup of a key holding it
+        without a call into Python.  Made by ``_net_of`` (no __init__);
+        the class called as ipaddress's is (``_Net4((v, 32))``) parses as
+        ipaddress does."""
+
+        def __init__(self, address, strict=True):
+            ref = self._ipaddress_class(address, strict)
+            self._set(ref.network_address._ip, ref._prefixlen)
+
+        def __reduce__(self):
+            return _net_of, (type(self), self._v, self._prefixlen)
+
+        def __repr__(self):
+            return f"{self._ipaddress_class.__name__}('{self}')"
+
+    class _Net4(_prefix.Prefix, _Compact, ipaddress.IPv4Network):
+        _ipaddress_class = ipaddress.IPv4Network
+
+    class _Net6(_prefix.Prefix, _Compact, ipaddress.IPv6Network):
+        _ipaddress_class = ipaddress.IPv6Network
+
+    _net_of = _prefix.make
+    _COMPACT = (_Net4, _Net6)
+else:
+    _Net4, _Net6, _net_of = _HashedNet4, _HashedNet6, _py_net_of
+    _COMPACT = ()
+
+
+def _net_int(net) -> int:
+    """A network's masked address as an int, for any network: a compact
+    one's without making its address object."""
+    if type(net) in _COMPACT:
+        return net._v
+    return net.network_address._ip
 
 
 def _parse_prefix(tok: str, fam: Optional[int], what: str = "prefix"):

@@ -73,6 +73,7 @@ from typing import Optional
 
 from .. import config as C
 from ..config import Nexthop, Route, Rule, Seg6Encap, Seg6Local, State
+from ..config.lexer import _net_int
 
 __all__ = ["KernelImportError", "NotSupported", "import_state", "import_text", "canonical", "Snapshot",
            "read_snapshot", "link_lines", "addr_line", "route_from_msg", "route_line",
@@ -835,7 +836,7 @@ def _apply(lines: list, what: str = "") -> State:
 
 
 def _route_sort_key(r: Route):
-    return (r.family, r.table, r.prefix.version, int(r.prefix.network_address), r.prefix.prefixlen,
+    return (r.family, r.table, r.prefix.version, _net_int(r.prefix), r.prefix.prefixlen,
             r.metric)
 
 
