@@ -2,6 +2,28 @@
 # indexes built at load, and the atomics the multi-process Dataplane uses.
 
 
+cdef inline bint _quiescent_then_check(uint64_t* q, Py_ssize_t qs_index, Py_ssize_t token_index,
+                                       Py_ssize_t seq_index, Py_ssize_t stop_index,
+                                       uint64_t seq) noexcept nogil:
+    """run_loop's batch boundary: report a quiescent state
+    (rte_rcu_qsbr_quiescent: this worker's counter takes the token), then
+    say whether to return to Python -- told to stop, or a new publication
+    (the sequence number moved), whose reload empties the route caches.
+
+    In this order, never the check first: a reader that has reported a
+    quiescent state may hold nothing it found before it, and the route
+    caches hold entries found before it.  Checked first, a publication
+    landing between the check and the report (its entries retired, the
+    sequence then the token bumped) let the control plane reclaim an entry
+    that the next batch still took from a cache: a generation violation
+    (the likely cause of the two counted once, and not reproduced since, in
+    tests/test_bench_control.py's 0.3 s churn).  After the report it cannot
+    be missed: the token the report stored was read (acquire) after the
+    control plane stored it, which it did after bumping the sequence."""
+    fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
+    return fp_atomic_load64(&q[stop_index]) != 0 or fp_atomic_load64(&q[seq_index]) != seq
+
+
 def atomic_add32(arr, Py_ssize_t index, int32_t v):
     """Atomic add on an int32 array element (e.g. a route entry's refcount
     in shared memory, from the control plane); returns the old value."""
@@ -587,7 +609,13 @@ cdef class Datapath:
             clock_gettime(CLOCK_MONOTONIC, &tend)
             deadline = ts_ns(&tend) + <int64_t>(duration * 1e9)
             tlast = ts_ns(&tend)
-            while True:
+            # (the caller has just reported a quiescent state: a publication
+            # since its last reload must empty the route caches before the
+            # first batch)
+            if q != NULL and (fp_atomic_load64(&q[stop_index])
+                              or fp_atomic_load64(&q[seq_index]) != seq):
+                early = True
+            while not early:
                 if rate > 0:
                     # arrivals since the last look, into the bounded ring
                     clock_gettime(CLOCK_MONOTONIC, &t0)
@@ -603,11 +631,10 @@ cdef class Datapath:
                     if occ == 0:
                         if tlast >= deadline:
                             break
-                        if q != NULL:
-                            if fp_atomic_load64(&q[stop_index]) or fp_atomic_load64(&q[seq_index]) != seq:
-                                early = True
-                                break
-                            fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
+                        if q != NULL and _quiescent_then_check(q, qs_index, token_index,
+                                                               seq_index, stop_index, seq):
+                            early = True
+                            break
                         continue
                     b.n = occ if occ < full_n else full_n
                     occ -= b.n
@@ -632,10 +659,10 @@ cdef class Datapath:
                     if count_index >= 0:
                         q[count_index] += 1
                         q[count_index + 1] += b.n
-                    if fp_atomic_load64(&q[stop_index]) or fp_atomic_load64(&q[seq_index]) != seq:
+                    if _quiescent_then_check(q, qs_index, token_index, seq_index, stop_index,
+                                             seq):
                         early = True
                         break
-                    fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
                 if ts_ns(&t1) >= deadline:
                     break
         b.n = full_n
