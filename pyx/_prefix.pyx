@@ -26,7 +26,7 @@
 
 from cpython.object cimport PyObject, PyTypeObject
 from libc.stdint cimport uint8_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdio cimport snprintf
 
 import numpy as np
 
@@ -123,6 +123,45 @@ cdef class Prefix:
 
     def __hash__(self):
         return self.h
+
+    def __str__(self):
+        # ipaddress's text, made in C: dotted quad, or the hextets in
+        # lowercase hex with the longest run of two or more zero hextets
+        # (the first of equal runs) as "::" (ipaddress._compress_hextets,
+        # RFC 5952).  IPv4-mapped addresses (::ffff:0:0/96), which Python
+        # versions print differently, are left to ipaddress.
+        cdef char buf[64]
+        cdef int n = 0, k, best = -1, blen = 0, cur = -1, clen = 0
+        cdef unsigned int hx[8]
+        if self.bits == 32:
+            n = snprintf(buf, sizeof(buf), "%u.%u.%u.%u/%u", <unsigned int>((self.lo >> 24) & 255),
+                         <unsigned int>((self.lo >> 16) & 255), <unsigned int>((self.lo >> 8) & 255),
+                         <unsigned int>(self.lo & 255), <unsigned int>self.plen)
+            return buf[:n].decode("ascii")
+        if self.hi == 0 and (self.lo >> 32) == 0xFFFF:
+            return f"{self.network_address}/{self.plen}"
+        for k in range(4):
+            hx[k] = <unsigned int>((self.hi >> (48 - 16 * k)) & 0xFFFF)
+            hx[4 + k] = <unsigned int>((self.lo >> (48 - 16 * k)) & 0xFFFF)
+        for k in range(8):
+            if hx[k] == 0:
+                if cur < 0:
+                    cur = k
+                clen += 1
+                if clen > blen:
+                    blen, best = clen, cur
+            else:
+                cur, clen = -1, 0
+        if blen < 2:
+            best, blen = 8, 0
+        for k in range(best):
+            n += snprintf(buf + n, sizeof(buf) - n, "%x:" if k + 1 < best else "%x", hx[k])
+        if blen:
+            n += snprintf(buf + n, sizeof(buf) - n, "::")
+        for k in range(best + blen, 8):
+            n += snprintf(buf + n, sizeof(buf) - n, "%x:" if k < 7 else "%x", hx[k])
+        n += snprintf(buf + n, sizeof(buf) - n, "/%u", <unsigned int>self.plen)
+        return buf[:n].decode("ascii")
 
     def __richcmp__(self, other, int op):
         cdef Prefix o

@@ -25,8 +25,14 @@ def _nets(draw, fam):
     plen = draw(st.integers(0, bits))
     # (addresses that share leading bits often, so that order and equality
     # are decided late as well as early)
+    # (and, for IPv6, hextets that are often zero: runs of every length and
+    # place for the text's "::", and IPv4-mapped addresses)
+    hextets = st.lists(st.one_of(st.just(0), st.integers(0, 0xFFFF)), min_size=8, max_size=8).map(
+        lambda h: sum(x << (16 * k) for k, x in enumerate(h)))
     v = draw(st.one_of(st.integers(0, (1 << bits) - 1),
-                       st.sampled_from([0, 1, (1 << bits) - 1, 0x20010DB8 << (bits - 32)])))
+                       st.sampled_from([0, 1, (1 << bits) - 1, 0x20010DB8 << (bits - 32)]),
+                       *([hextets, st.integers(0, (1 << 32) - 1).map(lambda x: 0xFFFF << 32 | x)]
+                         if bits == 128 else [])))
     v &= ((1 << bits) - 1) ^ ((1 << (bits - plen)) - 1)
     return v, plen
 
