@@ -165,39 +165,37 @@ cdef class Prefix:
 
     def __richcmp__(self, other, int op):
         cdef Prefix o
-        cdef int c
+        cdef int c = 0
+        cdef bint same
         if isinstance(other, Prefix):
             o = <Prefix>other
-            if o.bits != self.bits:
-                if op == 2:
-                    return False
-                if op == 3:
-                    return True
-                raise TypeError(f"{self} and {other} are not of the same version")
+            same = o.bits == self.bits
             # ipaddress's order: address, then netmask (the longer prefix after)
-            if self.hi != o.hi:
+            if not same:
+                pass
+            elif self.hi != o.hi:
                 c = -1 if self.hi < o.hi else 1
             elif self.lo != o.lo:
                 c = -1 if self.lo < o.lo else 1
             elif self.plen != o.plen:
                 c = -1 if self.plen < o.plen else 1
-            else:
-                c = 0
         else:
             # an ipaddress network (or anything else): as ipaddress compares
             try:
                 ov, oa, opl = other._version, other.network_address._ip, other._prefixlen
             except AttributeError:
                 return NotImplemented
-            if ov != (4 if self.bits == 32 else 6):
-                if op == 2:
-                    return False
-                if op == 3:
-                    return True
-                raise TypeError(f"{self} and {other} are not of the same version")
-            sv = self._value()
-            c = (-1 if sv < oa else 1) if sv != oa else (
-                0 if self.plen == opl else (-1 if self.plen < opl else 1))
+            same = ov == (4 if self.bits == 32 else 6)
+            if same:
+                sv = self._value()
+                c = (-1 if sv < oa else 1) if sv != oa else (
+                    0 if self.plen == opl else (-1 if self.plen < opl else 1))
+        if not same:
+            if op == 2:
+                return False
+            if op == 3:
+                return True
+            raise TypeError(f"{self} and {other} are not of the same version")
         if op == 0:
             return c < 0
         if op == 1:

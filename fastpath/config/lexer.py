@@ -208,11 +208,15 @@ def _parse_addr(tok: str, fam: Optional[int], what: str = "address") -> IPAddres
     return a
 
 
-class _Hosts:
-    """``hosts()`` of a prefix fastpath makes without ipaddress's
-    ``__init__``.  That __init__ sets a per-instance ``hosts`` on a /31 and
-    a /32 (/127, /128): a closure, a cell and a tuple per host route for the
-    garbage collector to walk; this gives the same answers as a method."""
+class _Made:
+    """What the prefixes fastpath makes without ipaddress's ``__init__``
+    share: ``hosts()`` -- that __init__ sets a per-instance ``hosts`` on a
+    /31 and a /32 (/127, /128): a closure, a cell and a tuple per host
+    route for the garbage collector to walk; this gives the same answers
+    as a method -- and ipaddress's repr (of ``_ipaddress_class``)."""
+
+    def __repr__(self):
+        return f"{self._ipaddress_class.__name__}('{self}')"
 
     def hosts(self):
         if self._prefixlen == self._max_prefixlen:
@@ -222,7 +226,7 @@ class _Hosts:
         return super().hosts()
 
 
-class _HashedOnce(_Hosts):
+class _HashedOnce(_Made):
     """A network that computes its hash once.  A route's prefix is hashed a
     dozen times per change (the keys of the routes, their indexes and the
     compiled entries all hold it) and ipaddress hashes in Python.  Equal
@@ -242,9 +246,6 @@ class _HashedOnce(_Hosts):
             return (self._prefixlen == other._prefixlen
                     and self.network_address._ip == other.network_address._ip)
         return super().__eq__(other)
-
-    def __repr__(self):
-        return f"{self._ipaddress_class.__name__}('{self}')"
 
 
 class _HashedNet4(_HashedOnce, ipaddress.IPv4Network):
@@ -304,10 +305,10 @@ except ImportError:         # (not built: the networks that hash once)
 
 
 if _prefix is not None:
-    class _Compact(_Hosts):
-        """An ipaddress network whose fields, hash and comparisons are
-        fastpath._prefix.Prefix's, in C (pyx/_prefix.pyx says why):
-        ~40 bytes instead of ~260, and a dict lookup of a key holding it
+    class _Compact(_Made):
+        """An ipaddress network whose fields, hash, comparisons and text are
+        fastpath._prefix.Prefix's, in C (pyx/_prefix.pyx says why): ~100
+        bytes instead of ~280, and a dict lookup of a key holding it
         without a call into Python.  Made by ``_net_of`` (no __init__);
         the class called as ipaddress's is (``_Net4((v, 32))``) parses as
         ipaddress does."""
@@ -318,9 +319,6 @@ if _prefix is not None:
 
         def __reduce__(self):
             return _net_of, (type(self), self._v, self._prefixlen)
-
-        def __repr__(self):
-            return f"{self._ipaddress_class.__name__}('{self}')"
 
     class _Net4(_prefix.Prefix, _Compact, ipaddress.IPv4Network):
         _ipaddress_class = ipaddress.IPv4Network

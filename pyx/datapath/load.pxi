@@ -21,6 +21,12 @@ cdef inline bint _quiescent_then_check(uint64_t* q, Py_ssize_t qs_index, Py_ssiz
     be missed: the token the report stored was read (acquire) after the
     control plane stored it, which it did after bumping the sequence."""
     fp_atomic_store64(&q[qs_index], fp_atomic_load64(&q[token_index]))
+    return _stop_or_published(q, seq_index, stop_index, seq)
+
+
+cdef inline bint _stop_or_published(uint64_t* q, Py_ssize_t seq_index, Py_ssize_t stop_index,
+                                    uint64_t seq) noexcept nogil:
+    """Told to stop, or a publication since ``seq`` (the caller's reload)."""
     return fp_atomic_load64(&q[stop_index]) != 0 or fp_atomic_load64(&q[seq_index]) != seq
 
 
@@ -612,8 +618,7 @@ cdef class Datapath:
             # (the caller has just reported a quiescent state: a publication
             # since its last reload must empty the route caches before the
             # first batch)
-            if q != NULL and (fp_atomic_load64(&q[stop_index])
-                              or fp_atomic_load64(&q[seq_index]) != seq):
+            if q != NULL and _stop_or_published(q, seq_index, stop_index, seq):
                 early = True
             while not early:
                 if rate > 0:
