@@ -291,8 +291,15 @@ def workers_rows(d, cfg, iif, captures, counts, runs, batch):
             xs = got[(c, w)]
             pps = _median([x["packets_per_s"] for x in xs])
             base = rows[c]["1"]["packets_per_s"]["median"] if w != 1 else pps["median"]
+            busy = [x.get("cpus_busy") for x in xs]
+            cpu = [x.get("cpu_ns_per_packet") for x in xs]
             rows[c][str(w)] = {"packets_per_s": pps,
                                "datapath_s": statistics.median(x["datapath_s"] for x in xs),
+                               # CPU of the whole replay (threads and workers) per
+                               # packet, and the CPUs it kept busy (medians)
+                               "cpu_ns_per_packet": (statistics.median(cpu)
+                                                     if None not in cpu else None),
+                               "cpus_busy": statistics.median(busy) if None not in busy else None,
                                "packets": xs[0]["packets"], "workers": xs[0]["workers"],
                                "forwarded": xs[0]["verdicts"].get("forward", 0),
                                "ratio_to_1": pps["median"] / base if base else None}
@@ -324,6 +331,13 @@ def _rss_kb(field="VmRSS"):
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _median(xs):
@@ -407,6 +421,9 @@ def main(argv=None) -> int:
             r = report[name] = _median(times[name])
             r["output_bytes"] = sizes[name]
             r["cpu_ns_per_packet"] = _median([c / args.packets * 1e9 for c in cpus[name]])
+            # CPU time over wall time, run by run: the CPUs the replay kept busy
+            r["cpus_busy"] = statistics.median(c * p / args.packets
+                                               for c, p in zip(cpus[name], times[name]))
             # per thread (they overlap: wall time is at least the largest)
             r["thread_cpu_ns_per_packet"] = {
                 t: statistics.median(x[t] / args.packets * 1e9 for x in thr[name])
@@ -427,7 +444,7 @@ def main(argv=None) -> int:
                   f"(min {r['min'] / 1e6:.2f}, max {r['max'] / 1e6:.2f}; {args.runs} runs), "
                   f"CPU {r['cpu_ns_per_packet']['median']:.0f} ns per packet (all threads: "
                   + ", ".join(f"{t} {v:.0f}" for t, v in r["thread_cpu_ns_per_packet"].items())
-                  + ")")
+                  + f"; {r['cpus_busy']:.2f} CPUs busy)")
         for name, what in (("tcpdump", "copy pcap -> pcap"), ("editcap", "pcap -> pcapng  ")):
             t = report[name]
             if "skipped" in t:
@@ -494,13 +511,26 @@ def main(argv=None) -> int:
                 rows = {}
                 rw["error"] = str(e)
                 print(f"replay    --workers: {e}", file=sys.stderr)
+            ncpu = _usable_cpus()
+            rw["usable_cpus"] = ncpu
             for c, per in rows.items():
                 for w, r in per.items():
+                    cpu = "" if r["cpus_busy"] is None else (
+                        f", CPU {r['cpu_ns_per_packet']:.0f} ns per packet, "
+                        f"{r['cpus_busy']:.2f} CPUs busy")
                     print(f"replay    --workers {w:<3} {c:<11}: "
                           f"{r['packets_per_s']['median'] / 1e6:6.2f} M packets/s "
                           f"(min {r['packets_per_s']['min'] / 1e6:.2f}, max "
                           f"{r['packets_per_s']['max'] / 1e6:.2f}), {r['ratio_to_1']:.2f}x "
-                          f"--workers 1, {r['datapath_s']:.3f} s in process")
+                          f"--workers 1, {r['datapath_s']:.3f} s in process" + cpu)
+                one = per["1"]["cpus_busy"]
+                if one:
+                    # more workers do at least the one-worker replay's CPU
+                    # work per packet (plus the handoff): on ncpu CPUs the
+                    # rate can grow by at most ncpu / (CPUs one worker keeps busy)
+                    per["1"]["ceiling_ratio"] = ncpu / one
+                    print(f"          {c}: --workers 1 keeps {one:.2f} of {ncpu} CPUs busy; "
+                          f"more workers can give at most {ncpu / one:.2f}x here")
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if args.json:

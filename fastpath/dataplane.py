@@ -582,7 +582,7 @@ class _Worker:
 
     def counters(self):
         return {"reasons": self.dp.reason_counts(), "s6l": self.dp.seg6local_counters(),
-                **self.dp.cache_counters()}
+                "cpu_s": time.process_time(), **self.dp.cache_counters()}
 
 
 def _worker_main(prefix, w, nworkers, max_dsts, cpu, mode, use_stats, check_gen, conn):
@@ -1284,7 +1284,8 @@ class Dataplane:
     # -- counters -------------------------------------------------------------
     def counters(self) -> dict:
         """Counters summed over the live workers (as Router.counters), plus
-        the route-cache counters and the workers' events."""
+        the route-cache counters, the workers' CPU time (``workers_cpu_s``)
+        and their events."""
         self._check_own_workers("counters")
         ws = self.alive_workers()
         res = self._call(ws, [("counters",)] * len(ws))
@@ -1301,7 +1302,11 @@ class Dataplane:
                 "hold_fail": sum(r["hold_fail"] for r in res.values()),
                 "gen_violations": sum(r["gen_violations"] for r in res.values()),
                 "fast_packets": sum(r["fast_packets"] for r in res.values()),
-                "workers_alive": len(ws), "events": list(self.events)}
+                "workers_alive": len(ws),
+                # CPU time of the live workers since they started (all their
+                # threads): a replay takes the difference around its run
+                "workers_cpu_s": sum(r["cpu_s"] for r in res.values()),
+                "events": list(self.events)}
 
     def set_mode(self, mode: str, use_stats: str | None = None):
         """Switch every worker to another route-cache mode (and use-stats

@@ -155,6 +155,12 @@ def _summary(args, stats, bytes_in, counters, writers, error):
                          "per_interface": dict(w.per_interface)} for k, w in writers.items()},
          "elapsed_s": round(stats.elapsed_s, 6), "datapath_s": round(stats.process_s, 6),
          "packets_per_s": round(stats.pps, 1),
+         # CPU time of the replay (this process's threads and the workers),
+         # and how many CPUs it kept busy on average
+         "cpu_s": round(stats.cpu_s, 6),
+         "cpu_ns_per_packet": (round(stats.cpu_s / stats.packets * 1e9, 1) if stats.packets
+                               else None),
+         "cpus_busy": round(stats.cpu_s / stats.elapsed_s, 3) if stats.elapsed_s > 0 else None,
          "mode": args.mode, "workers": args.workers, "error": error}
     return d
 
@@ -180,6 +186,10 @@ def _text(d) -> str:
     mpps = d["packets_per_s"] / 1e6
     lines.append(f"time            {d['elapsed_s']:.3f} s ({mpps:.2f} M packets/s; datapath "
                  f"{d['datapath_s']:.3f} s; mode {d['mode']}, {d['workers']} worker(s))")
+    if d["cpus_busy"] is not None:
+        lines.append(f"CPU             {d['cpu_s']:.3f} s ({d['cpus_busy']:.2f} CPUs busy"
+                     + (f", {d['cpu_ns_per_packet']:.0f} ns per packet)"
+                        if d["cpu_ns_per_packet"] is not None else ")"))
     fo = d.get("follow")
     if fo:
         lines.append(f"followed        {fo['netns']}: {fo['messages']:,} messages, "
@@ -303,6 +313,8 @@ def _run_router(args) -> int:
 
     def run(processor):
         nonlocal error
+        w0 = pcap.workers_cpu_s(processor)       # (a Dataplane's workers: other processes)
+        c0 = time.process_time()
         t0 = time.perf_counter()
         batches = pcap.Prefetch(reader, 2)       # reading overlaps with processing
         try:
@@ -315,6 +327,8 @@ def _run_router(args) -> int:
             stats.elapsed_s = time.perf_counter() - t0
             batches.close()
             progress.close()
+            stats.cpu_s = (time.process_time() - c0
+                           + max(0.0, pcap.workers_cpu_s(processor) - w0))
 
     def close_all():
         reader.close()

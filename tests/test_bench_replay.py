@@ -65,6 +65,15 @@ def test_workers_rows(tmp_path):
             # every frame replayed and forwarded, by the Router and the Dataplane
             assert r["packets"] == r["forwarded"] == n
             assert r["packets_per_s"]["median"] > 0 and r["ratio_to_1"] > 0
+            # CPU of the whole replay, the workers' included, and never
+            # more CPUs busy than the machine has (with a little clock slack)
+            assert r["cpu_ns_per_packet"] > 0
+            assert 0 < r["cpus_busy"] <= doc["usable_cpus"] * 1.1
+        assert per["1"]["ceiling_ratio"] == pytest.approx(doc["usable_cpus"]
+                                                          / per["1"]["cpus_busy"])
+    assert sum("more workers can give at most" in l for l in out.splitlines()) == 2
+    fp_rows = json.loads(js.read_text())["fastpath"]
+    assert 0 < fp_rows["cpus_busy"] <= doc["usable_cpus"] * 1.1
 
 
 @pytest.mark.parametrize("bad", ["two", "0", "1,-2"])

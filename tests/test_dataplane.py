@@ -559,3 +559,39 @@ def test_workers_keep_numpy_blas_to_one_thread(monkeypatch, given):
             assert f"OPENBLAS_NUM_THREADS={want}".encode() in env
             if want == "1":
                 assert len(os.listdir(f"/proc/{p.pid}/task")) == 1
+
+
+def _proc_cpu_s(pid):
+    """utime + stime of a process, from /proc (clock ticks): the kernel's
+    count, not the worker's own."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_workers_cpu_is_the_kernels_count_and_grows_with_work():
+    """``counters()["workers_cpu_s"]`` (what a replay's CPU time adds for
+    the workers) is the live workers' CPU time as /proc counts it, grows
+    when they process packets, and leaves a dead worker out; a Router's
+    is 0 (``time.process_time`` has it)."""
+    from fastpath.pcap import workers_cpu_s
+    cfg, pkts, iif = scenario("End")
+    pkts = _mixed_packets(pkts, 4096)
+    assert workers_cpu_s(Router()) == 0.0
+    with Dataplane(cfg, workers=2) as dp:
+        before = workers_cpu_s(dp)
+        for _ in range(40):
+            dp.process(Batch.from_packets(pkts, iif=iif, linktype="ethernet"))
+        after = workers_cpu_s(dp)
+        proc = sum(_proc_cpu_s(p) for p in dp.worker_pids())
+        assert after > before
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+        # /proc truncates to ticks, and the workers answered counters first
+        assert after - 2 * tick - 0.05 <= proc <= after + 2 * tick + 0.05, (after, proc)
+        pid = dp.worker_pids()[1]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while dp.counters()["workers_alive"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = workers_cpu_s(dp)
+        assert left == pytest.approx(_proc_cpu_s(dp.worker_pids()[0]), abs=2 * tick + 0.05)

@@ -285,8 +285,54 @@ def test_workers_give_the_same_capture_and_summary(files, capsys, mode):
                            tmp / f"d{n}.pcapng", "--summary", "json", "--workers", n, "--mode", mode)
         assert rc == 0, err
         d = json.loads(out)
-        for k in ("packets_per_s", "elapsed_s", "datapath_s", "workers"):
+        for k in ("packets_per_s", "elapsed_s", "datapath_s", "workers", "cpu_s",
+                  "cpu_ns_per_packet", "cpus_busy"):
             d.pop(k, None)
         d["outputs"] = {k: v["packets"] for k, v in d["outputs"].items()}
         outs[n] = (d, read(str(tmp / f"o{n}.pcapng")), read(str(tmp / f"d{n}.pcapng")))
     assert outs[1] == outs[3]
+
+
+def test_the_summary_counts_the_workers_cpu(files, capsys, monkeypatch):
+    """The summary's CPU time is this process's over the replay plus what
+    the Dataplane's workers (processes of their own) used meanwhile, as
+    ``pcap.workers_cpu_s`` reads it before and after; the busy CPUs are
+    that time over the wall time."""
+    tmp, cfg, src, pk = files
+    rc, out, err = run(capsys, src, "--config", cfg, "--summary", "json", "--batch", "16")
+    one = json.loads(out)
+    assert rc == 0 and 0 < one["cpu_s"] < 5
+    assert one["cpu_ns_per_packet"] == pytest.approx(one["cpu_s"] / 50 * 1e9, rel=1e-3)
+    assert one["cpus_busy"] == pytest.approx(one["cpu_s"] / one["elapsed_s"], rel=1e-2)
+    seen = []
+    real = fp.workers_cpu_s
+
+    def fake(processor):
+        seen.append(type(processor).__name__)
+        real(processor)                            # (asks the workers: must not fail)
+        return 1.0 if len(seen) == 1 else 3.5      # 2.5 s of the workers' CPU in the replay
+    monkeypatch.setattr(fp, "workers_cpu_s", fake)
+    rc, out, err = run(capsys, src, "--config", cfg, "--summary", "json", "--batch", "16",
+                       "--workers", "2")
+    d = json.loads(out)
+    assert rc == 0, err
+    assert seen == ["Dataplane", "Dataplane"]
+    assert 2.5 < d["cpu_s"] < 2.5 + 5
+    assert d["cpus_busy"] == pytest.approx(d["cpu_s"] / d["elapsed_s"], rel=1e-2)
+    rc, out, err = run(capsys, src, "--config", cfg, "--batch", "16", "--workers", "2")
+    assert rc == 0 and "CPUs busy" in err + out
+
+
+def test_library_replay_counts_cpu(files, monkeypatch):
+    """``pcap.replay``'s ReplayStats.cpu_s: this process's CPU time over the
+    replay plus the workers' (read before and after with workers_cpu_s)."""
+    import fastpath.pcap.loop as loop
+    tmp, cfg, src, pk = files
+    r = fastpath.Router()
+    r.configure(open(cfg).read())
+    st = fp.replay(r, src, output=str(tmp / "o.pcapng"), iif="eth0")
+    assert 0 < st.cpu_s < 5 and st.as_dict()["cpu_s"] == round(st.cpu_s, 6)
+    calls = iter([1.0, 4.0])
+    monkeypatch.setattr(loop, "workers_cpu_s", lambda p: next(calls))
+    st = fp.replay(r, src, output=str(tmp / "o2.pcapng"), iif="eth0")
+    assert 3.0 < st.cpu_s < 3.0 + 5

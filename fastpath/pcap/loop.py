@@ -32,6 +32,7 @@ class ReplayStats:
         self.process_s = 0.0
         self.read_cpu_s = 0.0            # CPU time of replay's reader thread (prefetch)
         self.write_cpu_s = 0.0           # CPU time of the writer threads of the writers it opened
+        self.cpu_s = 0.0                 # CPU time: all threads, and a Dataplane's workers
         self.error = None
         self._v = np.zeros(256, np.int64)
         self._o = np.zeros(self._NIF, np.int64)
@@ -111,11 +112,28 @@ class ReplayStats:
                 "verdicts": dict(self.verdicts), "egress": dict(self.egress),
                 "drop_reasons": dict(self.drop_reasons), "icmp_reasons": dict(self.icmp_reasons),
                 "elapsed_s": round(self.elapsed_s, 6), "process_s": round(self.process_s, 6),
-                "packets_per_s": round(self.pps, 1), "error": self.error}
+                "cpu_s": round(self.cpu_s, 6), "packets_per_s": round(self.pps, 1),
+                "error": self.error}
 
     def __repr__(self):
         return (f"<ReplayStats {self.packets} packets, {dict(self.verdicts)}, "
                 f"{self.pps / 1e6:.2f} M packets/s>")
+
+
+def workers_cpu_s(processor) -> float:
+    """The CPU time the live worker processes of ``processor`` (a Dataplane)
+    have used since they started, all their threads; 0 for a processor that
+    runs in this process (a Router: ``time.process_time`` has its time),
+    and 0 when the workers cannot be asked (a replay's end must not turn
+    into an error about its CPU count).  A worker that died meanwhile takes
+    its time with it: take ``max(0, after - before)``."""
+    if not hasattr(processor, "worker_pids"):
+        return 0.0
+    from ..dataplane import DataplaneError
+    try:
+        return float(processor.counters().get("workers_cpu_s", 0.0))
+    except (DataplaneError, OSError):
+        return 0.0
 
 
 def _snapshot(batch: Batch) -> Batch:
@@ -161,6 +179,8 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
     stats = stats if stats is not None else ReplayStats()
     own = []
     batches = None
+    w0 = workers_cpu_s(processor)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     try:
         if output is not None and not isinstance(output, _Writer):
@@ -191,4 +211,5 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
         for w in own:
             w.close()
             stats.write_cpu_s += w.thread_cpu_s
+        stats.cpu_s += time.process_time() - c0 + max(0.0, workers_cpu_s(processor) - w0)
     return stats
