@@ -56,6 +56,7 @@ import numpy as np
 
 from . import pcap as fpcap
 from .batch import Batch
+from .topology import usable_cpus
 from .router import Router
 from .scenarios import SCENARIOS
 
@@ -333,13 +334,6 @@ def _rss_kb(field="VmRSS"):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _median(xs):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
 
@@ -511,7 +505,7 @@ def main(argv=None) -> int:
                 rows = {}
                 rw["error"] = str(e)
                 print(f"replay    --workers: {e}", file=sys.stderr)
-            ncpu = _usable_cpus()
+            ncpu = usable_cpus()
             rw["usable_cpus"] = ncpu
             for c, per in rows.items():
                 for w, r in per.items():

@@ -313,8 +313,7 @@ def _run_router(args) -> int:
 
     def run(processor):
         nonlocal error
-        w0 = pcap.workers_cpu_s(processor)       # (a Dataplane's workers: other processes)
-        c0 = time.process_time()
+        cpu0 = pcap.cpu_mark(processor)
         t0 = time.perf_counter()
         batches = pcap.Prefetch(reader, 2)       # reading overlaps with processing
         try:
@@ -327,8 +326,7 @@ def _run_router(args) -> int:
             stats.elapsed_s = time.perf_counter() - t0
             batches.close()
             progress.close()
-            stats.cpu_s = (time.process_time() - c0
-                           + max(0.0, pcap.workers_cpu_s(processor) - w0))
+            stats.cpu_s = pcap.cpu_since(processor, cpu0)
 
     def close_all():
         reader.close()
@@ -348,12 +346,9 @@ def _run_router(args) -> int:
             # waited for the worker whose CPU the reader (or another job)
             # held (1M End packets, 2 workers on 2 vCPUs: 1.5-1.7 M/s
             # pinned, 2.0-2.3 not)
-            try:
-                ncpu = len(os.sched_getaffinity(0))
-            except (AttributeError, OSError):
-                ncpu = os.cpu_count() or 1
+            from .topology import usable_cpus
             with fastpath.Dataplane(text, workers=args.workers, mode=args.mode,
-                                    oversubscribe=True, pin=args.workers < ncpu) as dp:
+                                    oversubscribe=True, pin=args.workers < usable_cpus()) as dp:
                 reader.alloc = dp.batch_buffer       # batches built where the workers read them
                 run(dp)
                 counters = dp.counters()

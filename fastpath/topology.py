@@ -46,6 +46,15 @@ _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?")
 # cpulists
 # ---------------------------------------------------------------------------
 
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: its affinity mask, else (no
+    ``sched_getaffinity`` on the platform) every CPU."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def parse_cpulist(text: str) -> list[int]:
     """The CPUs of a kernel cpulist (``"0-3,8,10-11"``; also the kernel's
     ``"0-15:2/4"`` groups: from each group of 4 starting at 0, the first 2),

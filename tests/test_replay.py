@@ -304,14 +304,15 @@ def test_the_summary_counts_the_workers_cpu(files, capsys, monkeypatch):
     assert rc == 0 and 0 < one["cpu_s"] < 5
     assert one["cpu_ns_per_packet"] == pytest.approx(one["cpu_s"] / 50 * 1e9, rel=1e-3)
     assert one["cpus_busy"] == pytest.approx(one["cpu_s"] / one["elapsed_s"], rel=1e-2)
+    import fastpath.pcap.loop as loop
     seen = []
-    real = fp.workers_cpu_s
+    real = loop.workers_cpu_s
 
     def fake(processor):
         seen.append(type(processor).__name__)
         real(processor)                            # (asks the workers: must not fail)
         return 1.0 if len(seen) == 1 else 3.5      # 2.5 s of the workers' CPU in the replay
-    monkeypatch.setattr(fp, "workers_cpu_s", fake)
+    monkeypatch.setattr(loop, "workers_cpu_s", fake)     # (cpu_mark / cpu_since ask it)
     rc, out, err = run(capsys, src, "--config", cfg, "--summary", "json", "--batch", "16",
                        "--workers", "2")
     d = json.loads(out)

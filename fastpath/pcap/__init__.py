@@ -108,12 +108,13 @@ from ._common import (LINKTYPES, MAX_BLOCK, MAX_CAPLEN, DEFAULT_BATCH, DEFAULT_C
 from .fallback import _cio, _PyIO, use_compiled  # noqa: F401
 from .reader import PcapReader, Prefetch, read_batches, read_packets  # noqa: F401
 from .writer import PcapngWriter, PcapWriter, open_writer  # noqa: F401
-from .loop import ReplayStats, process_batches, replay, workers_cpu_s  # noqa: F401
+from .loop import (ReplayStats, cpu_mark, cpu_since, process_batches, replay,  # noqa: F401
+                   workers_cpu_s)
 from . import fallback as _impl
 
 __all__ = ["PcapError", "PcapReader", "read_batches", "read_packets", "Prefetch", "PcapWriter",
            "PcapngWriter", "open_writer", "ReplayStats", "process_batches", "replay",
-           "workers_cpu_s",
+           "workers_cpu_s", "cpu_mark", "cpu_since",
            "CaptureInterface", "LINKTYPES", "MAX_CAPLEN", "MAX_BLOCK", "use_compiled"]
 
 

@@ -136,6 +136,19 @@ def workers_cpu_s(processor) -> float:
         return 0.0
 
 
+def cpu_mark(processor) -> tuple:
+    """Where a replay through ``processor`` starts, for ``cpu_since``."""
+    return workers_cpu_s(processor), time.process_time()
+
+
+def cpu_since(processor, mark) -> float:
+    """The CPU time used since ``mark`` (``cpu_mark``): this process's
+    threads and the workers of ``processor`` (a Dataplane's are processes
+    of their own, not in ``time.process_time``)."""
+    w0, c0 = mark
+    return time.process_time() - c0 + max(0.0, workers_cpu_s(processor) - w0)
+
+
 def _snapshot(batch: Batch) -> Batch:
     b = Batch.__new__(Batch)
     b.data, b.start, b.length = batch.data.copy(), batch.start.copy(), batch.length.copy()
@@ -179,8 +192,7 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
     stats = stats if stats is not None else ReplayStats()
     own = []
     batches = None
-    w0 = workers_cpu_s(processor)
-    c0 = time.process_time()
+    cpu0 = cpu_mark(processor)
     t0 = time.perf_counter()
     try:
         if output is not None and not isinstance(output, _Writer):
@@ -211,5 +223,5 @@ def replay(processor, source, *, output=None, drops=None, on_batch=None, stats=N
         for w in own:
             w.close()
             stats.write_cpu_s += w.thread_cpu_s
-        stats.cpu_s += time.process_time() - c0 + max(0.0, workers_cpu_s(processor) - w0)
+        stats.cpu_s += cpu_since(processor, cpu0)
     return stats
