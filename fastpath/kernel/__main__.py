@@ -13,6 +13,17 @@
         and through fastpath; prints every difference and 'agree A/N'; exit 0
         when all agree, 1 when some differ, 2 when it cannot run
 
+    python -m fastpath.kernel verify --vm [--kernel IMAGE] ...
+        the same, with the kernel side in a VM (below): for a host kernel
+        without seg6 lwtunnels or VRF
+
+    python -m fastpath.kernel vm [--kernel IMAGE] [--cpus N] [--memory M]
+                                 [--rwdir DIR] [--kvm] -- CMD ...
+        CMD as root in a VM whose Linux has seg6 lwtunnels, seg6 HMAC and
+        VRF, on the host's files (the working directory read-write); exits
+        with CMD's status, 2 with one line naming the package to install
+        when the kernel image, qemu or virtme-ng is missing
+
     python -m fastpath.kernel bench-follow [--routes N] [--samples S] [--json PATH]
         follow's lag (ip route add -> fastpath forwarding by it) and sustained
         rate (an N-route ip -batch followed), as JSON
@@ -138,8 +149,59 @@ def cmd_import(args) -> int:
     return 0
 
 
+def _vm_options(p) -> None:
+    p.add_argument("--kernel", metavar="IMAGE", help="the kernel image to boot (default: the newest "
+                   "/boot/vmlinuz-* with seg6 lwtunnels, seg6 HMAC and VRF)")
+    p.add_argument("--cpus", type=int, default=2, metavar="N", help="the VM's CPUs (default 2)")
+    p.add_argument("--memory", default="4G", metavar="M", help="the VM's memory (default 4G)")
+    p.add_argument("--kvm", action="store_true", help="use KVM (default: software emulation)")
+
+
+def _in_vm(args, cmd, rwdirs=()) -> int:
+    from .vm import VMError, VMStopped, run
+    try:
+        return run(cmd, kernel=args.kernel, cpus=args.cpus, memory=args.memory, kvm=args.kvm,
+                   rwdirs=rwdirs)
+    except VMStopped as e:
+        return 128 + e.signum
+    except VMError as e:
+        return _fail(e)
+
+
+def cmd_vm(args) -> int:
+    cmd = list(args.command)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    if not cmd:
+        return _fail("vm: no command (python -m fastpath.kernel vm [OPTIONS] -- CMD ...)")
+    if args.cpus < 1:
+        return _fail("--cpus must be at least 1")
+    return _in_vm(args, cmd, args.rwdir or ())
+
+
+def _verify_in_vm(args, argv) -> int:
+    """verify --vm: the same verify, run as a whole in the VM (its kernel
+    answers; the configuration and capture are the host's files)."""
+    inner, skip = [], 0
+    for a in argv:
+        if skip:
+            skip -= 1
+            continue
+        if a in ("--vm", "--kvm"):
+            continue
+        if a in ("--kernel", "--cpus", "--memory"):
+            skip = 1
+            continue
+        if a.split("=", 1)[0] in ("--kernel", "--cpus", "--memory"):
+            continue
+        inner.append(a)
+    return _in_vm(args, [sys.executable, "-m", "fastpath.kernel"] + inner)
+
+
 def cmd_verify(args) -> int:
     from .verify import VerifyError, parse_hex, read_packets, verify
+    if args.vm:
+        return _verify_in_vm(args, args.argv)
     global _MAIN_PID
     # killed with SIGTERM, verify unwinds as on an interrupt: its namespace goes
     _MAIN_PID = os.getpid()
@@ -220,17 +282,28 @@ def main(argv=None) -> int:
     p.add_argument("--wait", type=float, default=0.01, metavar="SECONDS",
                    help="how long to wait for more output after each packet (default 0.01)")
     p.add_argument("packets", nargs="*", metavar="HEX", help="raw IPv4/IPv6 packets in hex")
+    p.add_argument("--vm", action="store_true", help="run the kernel side in a VM whose Linux has "
+                   "seg6 and VRF (see 'vm')")
+    _vm_options(p)
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("vm", help="a command in a VM whose Linux has seg6 lwtunnels and VRF")
+    _vm_options(p)
+    p.add_argument("--rwdir", action="append", metavar="DIR",
+                   help="also share DIR read-write (the working directory always is)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    p.set_defaults(func=cmd_vm)
     p = sub.add_parser("bench-follow", help="follow's lag and sustained rate (JSON)")
     p.add_argument("--routes", type=int, default=100_000, metavar="N",
                    help="routes of the ip -batch followed (default 100000)")
     p.add_argument("--samples", type=int, default=30, metavar="S", help="lag samples (default 30)")
     p.add_argument("--json", metavar="PATH", help="also write the JSON here")
     p.set_defaults(func=cmd_bench_follow)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    args.argv = argv
     if getattr(args, "limit", None) is not None and args.limit < 1:
         return _fail("--limit must be at least 1")
     try:
