@@ -462,9 +462,16 @@ class Supervisor(Live):
         wk = self.workers[w] if w < len(self.workers) else None
         return wk is not None and wk.popen.poll() is None
 
-    def _await_ready(self, wk, timeout=30.0):
-        if not wk.conn.poll(timeout):
-            raise LiveError(f"worker {wk.index} did not start within {timeout:.0f} s")
+    def _await_ready(self, wk):
+        """Wait for the worker's first word for as long as it lives: a worker
+        starts slowly under emulation or on a loaded machine (Python, numpy,
+        the configuration's compile), and no fixed time tells a slow start
+        from a hung one; one that exits is reported with its status, and a
+        user stops a hung start with Ctrl-C."""
+        while not wk.conn.poll(1.0):
+            if wk.popen.poll() is not None and not wk.conn.poll(0):
+                raise LiveError(f"worker {wk.index} exited while starting "
+                                f"(status {wk.popen.returncode})")
         try:
             msg = wk.conn.recv()
         except (EOFError, OSError):
