@@ -41,6 +41,8 @@ from fastpath import Batch, Router
 from fastpath.config import ConfigError
 from fastpath.tables import DST_IP4_UNREACHABLE
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 try:
     from .kernel_compare import compare, format_problems, mask_kernel_chosen
     from .kernel_oracle import IP as IP_TOOL, KernelConfigError, KernelOracle, oracle_available

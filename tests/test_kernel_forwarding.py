@@ -12,6 +12,8 @@ from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 
 from fastpath import Router
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 try:
     from .kernel_compare import check, configured_pair, mask_kernel_chosen
 except ImportError:  # pragma: no cover

@@ -15,6 +15,8 @@ from scapy.layers.inet import IP, UDP
 from fastpath import Batch, Router
 from fastpath.router import _ip_checksum
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 try:
     from .kernel_compare import check, configured_pair
 except ImportError:  # pragma: no cover

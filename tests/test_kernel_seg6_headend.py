@@ -17,6 +17,8 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 
 from fastpath import Batch, Router
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 try:
     from .kernel_compare import check, mask_outer_flowlabel
 except ImportError:  # pragma: no cover

@@ -14,6 +14,8 @@ from scapy.layers.inet6 import (IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv
 
 from fastpath import Router
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 try:
     from .kernel_compare import check, compare, format_problems
 except ImportError:  # pragma: no cover

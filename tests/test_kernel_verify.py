@@ -19,6 +19,8 @@ except ImportError:
 import fastpath  # noqa: E402
 from fastpath.kernel import verify as V  # noqa: E402
 
+pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 
 

@@ -108,7 +108,11 @@ pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 NO_KERNEL_SEG6 = _kernel_seg6_missing() if _SKIP is None else None
 # the tests whose hosts (h1's headend, h2's End.DX4) or comparison router
 # (r's kernel) need the kernel's SRv6; fastpath's own SRv6 needs nothing of it
-needs_kernel_seg6 = pytest.mark.skipif(NO_KERNEL_SEG6 is not None, reason=NO_KERNEL_SEG6 or "")
+
+
+def needs_kernel_seg6(test):
+    return pytest.mark.kernel_seg6(
+        pytest.mark.skipif(NO_KERNEL_SEG6 is not None, reason=NO_KERNEL_SEG6 or "")(test))
 
 
 @pytest.fixture(scope="module")
@@ -571,6 +575,7 @@ def _replies(h1mac):
     return out
 
 
+@pytest.mark.kernel
 def test_arp_reply_and_na_bytes_as_the_kernel(topo):
     """The same ARP request and NS (multicast and unicast, with a source
     link-layer option) from h1: the kernel of r answers first, then
@@ -660,6 +665,7 @@ def _mask_echo(hexframe):
     return f.hex()
 
 
+@pytest.mark.kernel
 def test_echo_replies_as_the_kernel(topo):
     """Pings to r1's own addresses: fastpath answers as the kernel does
     (byte for byte apart from the IPv4 ID and the IPv6 flow label)."""
@@ -829,6 +835,7 @@ def srv6_frames_as_the_kernel(topo, *args):
     frames_as_the_kernel(topo, _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1")), *args)
 
 
+@pytest.mark.kernel
 def test_tcp_frames_as_the_kernel(topo):
     """TCP segments of both families (TCP options, flags, a hop-by-hop
     header, low TTLs): h2 receives from fastpath the bytes r's

@@ -333,39 +333,62 @@ def _run(cmd: Sequence[str], *, input: bytes | None = None, timeout: float = 30.
                           start_new_session=True, timeout=timeout, check=False)
 
 
-@functools.lru_cache(maxsize=None)
-def oracle_available(seg6: bool = True) -> tuple[bool, str]:
-    """(ok, reason): can this process run a KernelOracle?  Cached.
+_available: dict = {}
+
+
+def oracle_available(seg6: bool = True, vrf: bool = False) -> tuple[bool, str]:
+    """(ok, reason): can this process run a KernelOracle?
 
     Checks: Linux; root; iproute2 ``ip``; ``/dev/net/tun``; that ``ip netns``
     can create a namespace, that a TUN device can be created inside it, and
     (``seg6``, the default) that the kernel accepts a seg6local route and a
-    seg6 encap route there (CONFIG_IPV6_SEG6_LWTUNNEL).  ``seg6=False``
-    for comparisons that need only the kernel's IP stack (FIB, forwarding,
-    ICMP, IPv4 options): they run on kernels built without SRv6 too.
+    seg6 encap route there (CONFIG_IPV6_SEG6_LWTUNNEL); (``vrf``) that it
+    makes a VRF device (CONFIG_NET_VRF).  ``seg6=False`` for comparisons
+    that need only the kernel's IP stack (FIB, forwarding, ICMP, IPv4
+    options): they run on kernels built without SRv6 too.
+
+    An answer is kept for the process's life only when it is about the
+    machine (a feature the kernel lacks, no root); a set-up that failed for
+    any other reason is tried again at the next call, so one transient
+    failure cannot turn every later comparison into a skip.
     """
+    key = (seg6, vrf)
+    if key not in _available:
+        ok, reason, lasting = _probe(seg6, vrf)
+        if not lasting:
+            return ok, reason
+        _available[key] = (ok, reason)
+    return _available[key]
+
+
+def _probe(seg6: bool, vrf: bool) -> tuple[bool, str, bool]:
     if not os.path.exists("/proc/thread-self/ns/net"):
-        return False, "not Linux, or no /proc/thread-self/ns/net"
+        return False, "not Linux, or no /proc/thread-self/ns/net", True
     if os.geteuid() != 0:
-        return False, "kernel oracle needs root (network namespaces, TUN devices)"
+        return False, "kernel oracle needs root (network namespaces, TUN devices)", True
     if not os.path.exists(IP):
-        return False, f"iproute2 'ip' not found (looked for {IP})"
+        return False, f"iproute2 'ip' not found (looked for {IP})", True
     if not os.path.exists("/dev/net/tun"):
-        return False, "/dev/net/tun does not exist"
+        return False, "/dev/net/tun does not exist", True
     try:
         with KernelOracle(ifaces=("fpprobe0",)) as k:
-            if not seg6:
-                return True, "ok"
-            try:
-                k.configure("ip -6 route add fc00::1/128 encap seg6local action End dev fpprobe0")
-                k.configure("ip -6 route add fc00::2/128 encap seg6 mode encap segs fc00::3 "
-                            "dev fpprobe0")
-            except KernelConfigError as e:
-                return False, ("seg6 lwtunnels not available in this kernel "
-                               f"(CONFIG_IPV6_SEG6_LWTUNNEL): {e.stderr.strip() or e}")
-    except Exception as e:  # any set-up failure is a reason to skip
-        return False, f"kernel oracle set-up failed: {e}"
-    return True, "ok"
+            if seg6:
+                try:
+                    k.configure("ip -6 route add fc00::1/128 encap seg6local action End dev fpprobe0")
+                    k.configure("ip -6 route add fc00::2/128 encap seg6 mode encap segs fc00::3 "
+                                "dev fpprobe0")
+                except KernelConfigError as e:
+                    return False, ("seg6 lwtunnels not available in this kernel "
+                                   f"(CONFIG_IPV6_SEG6_LWTUNNEL): {e.stderr.strip() or e}"), True
+            if vrf:
+                try:
+                    k.configure("ip link add fpprobevrf type vrf table 4242")
+                except KernelConfigError as e:
+                    return False, ("VRF devices not available in this kernel "
+                                   f"(CONFIG_NET_VRF): {e.stderr.strip() or e}"), True
+    except Exception as e:  # a set-up failure: a reason to skip, not to remember
+        return False, f"kernel oracle set-up failed: {e}", False
+    return True, "ok", True
 
 
 # --------------------------------------------------------------------------
