@@ -730,6 +730,16 @@ class KernelOracle:
                 self.last_write_error = e.errno
                 return []
             raise
+        return self._collect(wait)
+
+    def collect(self, wait: float = 0.05) -> list[tuple[str, bytes]]:
+        """What the kernel writes to the devices from now until ``wait``
+        seconds pass with nothing new (noise filtered): output of the last
+        ``send`` that came after its own wait (a slow or emulated machine)."""
+        self._check_open()
+        return self._collect(wait)
+
+    def _collect(self, wait: float) -> list[tuple[str, bytes]]:
         out: list[tuple[str, bytes]] = []
         deadline = time.monotonic() + wait
         assert self._poll is not None
