@@ -9,6 +9,16 @@ Markers:
 * ``kernel_seg6``: ... and needs the kernel's SRv6 (seg6 / seg6local routes);
   skipped, with the reason, on a kernel without CONFIG_IPV6_SEG6_LWTUNNEL.
 * ``kernel_vrf``: ... and needs VRF devices (CONFIG_NET_VRF).
+* ``kernel_netns``: ... and needs that kernel in its own process (network
+  namespaces it enters or names to ``ip -n``, the CLIs it starts), so the
+  VM's remote oracle cannot serve it.
+
+With ``FASTPATH_KERNEL_VM=1`` the oracle (``kernel_oracle`` fixture,
+``tests/kernel_oracle.py``) is the kernel of one VM booted for the session
+(``fastpath.kernel.remote``): a host without seg6 or VRF compares at its own
+speed, the kernel's part in the VM.  ``kernel_netns`` tests then skip; run
+them whole in the VM: ``python -m fastpath.kernel vm -- python -m pytest -m
+kernel_netns``.  CI does both.
 
 ``kernel_seg6``, ``kernel_vrf`` and the ``kernel_oracle`` fixture imply
 ``kernel``.
@@ -40,7 +50,9 @@ def pytest_report_header(config):
     from fastpath import _datapath
     lines = ["fastpath build: " + ("DEBUG (bounds checks on)" if _datapath.DEBUG_BUILD else "release")]
     if KERNEL_REQUIRED:
-        lines.append("kernel tests: required (a skip fails), kernel " + platform.release())
+        lines.append("kernel tests: required (a skip fails)")
+    if _ko.IN_VM:
+        lines.append("kernel oracle: a VM's (FASTPATH_KERNEL_VM=1), booted at first use")
     return lines
 
 
@@ -54,6 +66,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "kernel_vrf: compares with the kernel's VRF devices; skipped with the "
         "reason on a kernel built without CONFIG_NET_VRF")
+    config.addinivalue_line(
+        "markers", "kernel_netns: needs the judging kernel in the test's own process "
+        "(namespaces, ip -n, CLIs): not served by FASTPATH_KERNEL_VM's remote oracle")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,11 +76,15 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("kernel") is None and (
                 item.get_closest_marker("kernel_seg6") is not None
                 or item.get_closest_marker("kernel_vrf") is not None
+                or item.get_closest_marker("kernel_netns") is not None
                 or "kernel_oracle" in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kernel)
 
 
 def pytest_runtest_setup(item):
+    if _ko.IN_VM and item.get_closest_marker("kernel_netns") is not None:
+        pytest.skip("needs the judging kernel in this process, not the VM's remote oracle "
+                    "(python -m fastpath.kernel vm -- python -m pytest -m kernel_netns)")
     seg6 = item.get_closest_marker("kernel_seg6") is not None
     vrf = item.get_closest_marker("kernel_vrf") is not None
     if seg6 or vrf:
@@ -93,7 +112,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _kernel_outcomes:
         return
     counts = ", ".join(f"{n} {k}" for k, n in sorted(_kernel_outcomes.items()))
-    terminalreporter.write_line(f"kernel comparisons: {counts} (Linux {platform.release()})")
+    where = f"Linux {platform.release()}"
+    if _ko.IN_VM:
+        from fastpath.kernel import remote
+        vm = remote._shared
+        where = (f"oracle in a VM, Linux {vm.release}; here Linux {platform.release()}"
+                 if vm is not None else f"no VM was started; here Linux {platform.release()}")
+    terminalreporter.write_line(f"kernel comparisons: {counts} ({where})")
 
 
 @pytest.fixture

@@ -935,7 +935,7 @@ def _model_routes(s, fam):
             for r in s.routes.values() if r.family == fam}
 
 
-@pytest.mark.kernel
+@pytest.mark.kernel_netns
 @pytest.mark.parametrize("k", range(len(KERNEL_CONFIGS)))
 def test_routes_and_rules_match_the_kernel(k):
     text = KERNEL_CONFIGS[k]

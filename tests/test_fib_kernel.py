@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import random
 import re
-import subprocess
 from collections import Counter
 
 import pytest
@@ -45,13 +43,13 @@ pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conf
 
 try:
     from .kernel_compare import compare, format_problems, mask_kernel_chosen
-    from .kernel_oracle import IP as IP_TOOL, KernelConfigError, KernelOracle, oracle_available
+    from .kernel_oracle import KernelConfigError, KernelOracle, oracle_available
     from .test_fib_property import (
         LOCAL, MAIN, DEFAULT, ROUTE_KINDS, Fib, R, RandomChooser, Rule,
         base_config, gen_initial, gen_ops, sample_dst, sample_iif, sample_src, udp_packet)
 except ImportError:  # pragma: no cover - tests/ as a plain directory on sys.path
     from kernel_compare import compare, format_problems, mask_kernel_chosen
-    from kernel_oracle import IP as IP_TOOL, KernelConfigError, KernelOracle, oracle_available
+    from kernel_oracle import KernelConfigError, KernelOracle, oracle_available
     from test_fib_property import (
         LOCAL, MAIN, DEFAULT, ROUTE_KINDS, Fib, R, RandomChooser, Rule,
         base_config, gen_initial, gen_ops, sample_dst, sample_iif, sample_src, udp_packet)
@@ -63,7 +61,6 @@ ERRORS = {"Invalid argument": "blackhole", "Permission denied": "prohibit",
           "No route to host": "unreachable", "Network is unreachable": "no_route"}
 # ICMPv4 destination unreachable code -> the errno ip_error() got
 ICMP4_CODES = {0: "no_route", 1: "unreachable", 13: "prohibit"}
-_CHILD_ENV = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,18 +76,16 @@ def kernel_route_get(oracle, queries):
     """One ``ip -j -force -batch -`` with a ``route get fibmatch`` per query
     (fam, src, dst, iif): -> per query ("route", json) or ("error", message)."""
     lines = [f"route get fibmatch {dst} from {src} iif {iif}" for _, src, dst, iif in queries]
-    r = subprocess.run([IP_TOOL, "-n", oracle.netns, "-j", "-force", "-batch", "-"],
-                       input=("\n".join(lines) + "\n").encode(), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, env=_CHILD_ENV, timeout=120, check=False)
+    _, stdout, stderr = oracle.ip_run("-j", "-force", "-batch", "-", input="\n".join(lines) + "\n")
     errors, pending = {}, []
-    for line in r.stderr.decode().splitlines():
+    for line in stderr.splitlines():
         m = re.fullmatch(r"Command failed -:(\d+)", line.strip())
         if m:
             errors[int(m.group(1))] = " ".join(pending)
             pending = []
         elif line.strip():
             pending.append(line.strip())
-    outs = iter([x for x in r.stdout.decode().splitlines() if x.strip()])
+    outs = iter([x for x in stdout.splitlines() if x.strip()])
     answers = []
     for n in range(1, len(lines) + 1):
         if n in errors:
@@ -427,10 +422,8 @@ def test_device_down_matches_kernel(seed):
 # pins the same cases without a kernel).
 def _route_get_plain(k, queries):
     lines = "".join(f"route get {dst} from {src} iif {iif}\n" for _, src, dst, iif in queries)
-    r = subprocess.run([IP_TOOL, "-n", k.netns, "-j", "-force", "-batch", "-"],
-                       input=lines.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       env=_CHILD_ENV, timeout=60)
-    return [json.loads(x)[0] for x in r.stdout.decode().splitlines() if x.strip()]
+    _, stdout, _ = k.ip_run("-j", "-force", "-batch", "-", input=lines, timeout=60)
+    return [json.loads(x)[0] for x in stdout.splitlines() if x.strip()]
 
 
 def _packets(cfg, iif, pkts):

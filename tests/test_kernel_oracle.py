@@ -19,7 +19,7 @@ except ImportError:
     import kernel_oracle as ko
 
 _ok, _reason = ko.oracle_available(seg6=False)
-pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not _ok, reason=_reason)]
+pytestmark = [pytest.mark.kernel, pytest.mark.kernel_netns, pytest.mark.skipif(not _ok, reason=_reason)]
 
 pytest.importorskip("scapy.all")
 from scapy.layers.inet import ICMP, IP, UDP  # noqa: E402

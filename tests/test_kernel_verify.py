@@ -19,7 +19,7 @@ except ImportError:
 import fastpath  # noqa: E402
 from fastpath.kernel import verify as V  # noqa: E402
 
-pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
+pytestmark = [pytest.mark.kernel, pytest.mark.kernel_netns]   # verify builds its own namespaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpath.__file__)))
 

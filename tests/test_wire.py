@@ -111,8 +111,8 @@ NO_KERNEL_SEG6 = _kernel_seg6_missing() if _SKIP is None else None
 
 
 def needs_kernel_seg6(test):
-    return pytest.mark.kernel_seg6(
-        pytest.mark.skipif(NO_KERNEL_SEG6 is not None, reason=NO_KERNEL_SEG6 or "")(test))
+    return pytest.mark.kernel_netns(pytest.mark.kernel_seg6(
+        pytest.mark.skipif(NO_KERNEL_SEG6 is not None, reason=NO_KERNEL_SEG6 or "")(test)))
 
 
 @pytest.fixture(scope="module")
@@ -575,7 +575,7 @@ def _replies(h1mac):
     return out
 
 
-@pytest.mark.kernel
+@pytest.mark.kernel_netns
 def test_arp_reply_and_na_bytes_as_the_kernel(topo):
     """The same ARP request and NS (multicast and unicast, with a source
     link-layer option) from h1: the kernel of r answers first, then
@@ -665,7 +665,7 @@ def _mask_echo(hexframe):
     return f.hex()
 
 
-@pytest.mark.kernel
+@pytest.mark.kernel_netns
 def test_echo_replies_as_the_kernel(topo):
     """Pings to r1's own addresses: fastpath answers as the kernel does
     (byte for byte apart from the IPv4 ID and the IPv6 flow label)."""
@@ -835,7 +835,7 @@ def srv6_frames_as_the_kernel(topo, *args):
     frames_as_the_kernel(topo, _srv6_frames(_mac(H1, "h1e"), _mac(R, "r1")), *args)
 
 
-@pytest.mark.kernel
+@pytest.mark.kernel_netns
 def test_tcp_frames_as_the_kernel(topo):
     """TCP segments of both families (TCP options, flags, a hop-by-hop
     header, low TTLs): h2 receives from fastpath the bytes r's

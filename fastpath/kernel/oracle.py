@@ -211,6 +211,7 @@ class KernelConfigError(KernelOracleError):
                  stderr: str = ""):
         self.lineno = lineno
         self.line = line
+        self.message = message
         self.command = list(command) if command else None
         self.stderr = stderr
         text = f"config line {lineno}: {line!r}: {message}"
@@ -571,15 +572,20 @@ class KernelOracle:
     def ip(self, *args: str, input: bytes | str | None = None, check: bool = True) -> str:
         """Run ``ip -n <netns> ARGS...``; return stdout.  Raises
         KernelOracleError with stderr on failure when ``check``."""
+        rc, out, err = self.ip_run(*args, input=input)
+        if check and rc != 0:
+            raise KernelOracleError(f"{shlex.join(['ip', '-n', self.netns, *args])} failed ({rc}): "
+                                    f"{err.strip()}")
+        return out
+
+    def ip_run(self, *args: str, input: bytes | str | None = None,
+               timeout: float = 120.0) -> tuple[int, str, str]:
+        """Run ``ip -n <netns> ARGS...``: (exit status, stdout, stderr)."""
         self._check_open()
         if isinstance(input, str):
             input = input.encode()
-        cmd = [IP, "-n", self.netns, *args]
-        r = _run(cmd, input=input)
-        if check and r.returncode != 0:
-            raise KernelOracleError(
-                f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.decode(errors='replace').strip()}")
-        return r.stdout.decode(errors="replace")
+        r = _run([IP, "-n", self.netns, *args], input=input, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
     def sysctl(self, name: str, value: str | int | None = None) -> str:
         """Read (``value`` None) or write a sysctl inside the namespace;

@@ -40,6 +40,7 @@ still there after ``STOP_GRACE`` seconds; nothing the VM started outlives it.
 """
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import re
@@ -54,7 +55,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-__all__ = ["VMError", "VMStopped", "REQUIRED_CONFIG", "Kernel", "find_kernel", "check", "run", "guest_script"]
+__all__ = ["VMError", "VMStopped", "REQUIRED_CONFIG", "Kernel", "Guest", "find_kernel", "check", "run",
+           "guest_script"]
 
 # what a kernel image must have to judge fastpath, and to boot under virtme-ng
 REQUIRED_CONFIG: dict[str, tuple[str, ...]] = {
@@ -239,6 +241,32 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2:][:1] != b"Z"
 
 
+def _vng_argv(cmd: Sequence[str], tmp: str, *, kernel: str | None, cpus: int, memory: str,
+              rwdirs: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
+              kvm: bool) -> tuple[list[str], str, Kernel]:
+    """(vng's argv, the status file, the kernel) for ``cmd`` in a guest; its
+    script is written into ``tmp``, which the guest shares read-write."""
+    if not cmd:
+        raise VMError("no command to run")
+    if cpus < 1:
+        raise VMError("--cpus must be at least 1")
+    k, vng = check(kernel)
+    cwd = os.path.abspath(cwd or os.getcwd())
+    env = dict(os.environ if env is None else env)
+    status_file = os.path.join(tmp, "status")
+    script = os.path.join(tmp, "run.sh")
+    with open(script, "w") as f:
+        f.write(guest_script(cmd, cwd, env, status_file))
+    argv = [vng, "--run", k.image, "--cpus", str(cpus), "--memory", str(memory),
+            "--cwd", cwd, "--rwdir", tmp, "--rwdir", cwd]
+    for d in rwdirs:
+        argv += ["--rwdir", os.path.abspath(d)]
+    if not kvm:
+        argv.append("--disable-kvm")
+    argv += ["--exec", f"sh {shlex.quote(script)}"]
+    return argv, status_file, k
+
+
 def run(cmd: Sequence[str], *, kernel: str | None = None, cpus: int = 2, memory: str = "4G",
         rwdirs: Sequence[str] = (), cwd: str | None = None, env: Mapping[str, str] | None = None,
         kvm: bool = False, stdout=None, stderr=None) -> int:
@@ -248,27 +276,11 @@ def run(cmd: Sequence[str], *, kernel: str | None = None, cpus: int = 2, memory:
     the rest of the host's files are seen read-only.  ``env`` (default: this
     process's) is the command's environment, less the host session's own
     variables.  Raises VMError when the VM cannot start or stops before the
-    command's end.  SIGINT/SIGTERM received meanwhile stop the VM first,
-    then take their usual course (KeyboardInterrupt for SIGINT)."""
-    if not cmd:
-        raise VMError("no command to run")
-    if cpus < 1:
-        raise VMError("--cpus must be at least 1")
-    k, vng = check(kernel)
-    cwd = os.path.abspath(cwd or os.getcwd())
-    env = dict(os.environ if env is None else env)
+    command's end.  SIGINT/SIGTERM received meanwhile stop the VM, then
+    raise VMStopped."""
     with tempfile.TemporaryDirectory(prefix="fastpath-vm-") as tmp:
-        status_file = os.path.join(tmp, "status")
-        script = os.path.join(tmp, "run.sh")
-        with open(script, "w") as f:
-            f.write(guest_script(cmd, cwd, env, status_file))
-        argv = [vng, "--run", k.image, "--cpus", str(cpus), "--memory", str(memory),
-                "--cwd", cwd, "--rwdir", tmp, "--rwdir", cwd]
-        for d in rwdirs:
-            argv += ["--rwdir", os.path.abspath(d)]
-        if not kvm:
-            argv.append("--disable-kvm")
-        argv += ["--exec", f"sh {shlex.quote(script)}"]
+        argv, status_file, k = _vng_argv(cmd, tmp, kernel=kernel, cpus=cpus, memory=memory,
+                                         rwdirs=rwdirs, cwd=cwd, env=env, kvm=kvm)
         status = _boot(argv, stdout, stderr)
         try:
             with open(status_file) as f:
@@ -276,6 +288,39 @@ def run(cmd: Sequence[str], *, kernel: str | None = None, cpus: int = 2, memory:
         except (OSError, ValueError):
             raise VMError(f"the VM ({k.release}) stopped before the command finished "
                           f"(vng exited {status})") from None
+
+
+class Guest:
+    """A VM kept running with ``cmd`` as its one process, talking over its
+    standard input and output (``stdin``/``stdout``: binary pipes): what the
+    remote kernel oracle (``fastpath.kernel.remote``) runs its agent in.
+    ``close()`` (also at exit) ends the VM and everything below it."""
+
+    def __init__(self, cmd: Sequence[str], *, kernel: str | None = None, cpus: int = 1,
+                 memory: str = "1G", cwd: str | None = None, env=None, kvm: bool = False):
+        self._tmp = tempfile.TemporaryDirectory(prefix="fastpath-vm-")
+        try:
+            argv, _, self.kernel = _vng_argv(cmd, self._tmp.name, kernel=kernel, cpus=cpus,
+                                             memory=memory, rwdirs=(), cwd=cwd, env=env, kvm=kvm)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         start_new_session=True)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.stdin.close()           # the agent ends at end of input ...
+                self.proc.wait(STOP_GRACE)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            _stop(self.proc)                 # ... or is stopped with all below it
+        self._tmp.cleanup()
+        atexit.unregister(self.close)
 
 
 class _Signalled(BaseException):
