@@ -14,7 +14,9 @@ How verdicts map onto what the kernel emits:
 * drop: the kernel emits nothing;
 * local: the host stack may answer (echo reply, port unreachable, ...) or
   stay silent; fastpath models no sockets, so any answer addressed back to
-  the packet's source is accepted, but nothing may go anywhere else.
+  the packet's source (or, for a packet End.DT* decapsulated and delivered,
+  to its inner packet's source) is accepted, but nothing may go anywhere
+  else.
 """
 from __future__ import annotations
 
@@ -38,6 +40,20 @@ def _src(pkt: bytes) -> bytes:
     if pkt and pkt[0] >> 4 == 4 and len(pkt) >= 20:
         return pkt[12:16]
     return b""
+
+
+def _sources(pkt: bytes) -> set:
+    """Where a locally delivered packet's answer may go: its source, and for
+    an SRv6 packet carrying an IPv6/IPv4 packet (decapsulated and delivered
+    by End.DT*), that packet's source."""
+    out = {_src(pkt)}
+    if pkt and pkt[0] >> 4 == 6 and len(pkt) >= 40:
+        nh, off = pkt[6], 40
+        while nh in (0, 43, 60) and off + 2 <= len(pkt):      # hop-by-hop, routing, dest opts
+            nh, off = pkt[off], off + (pkt[off + 1] + 1) * 8
+        if nh in (4, 41) and off < len(pkt):
+            out.add(_src(pkt[off:]))
+    return out
 
 
 def _dst(pkt: bytes) -> bytes:
@@ -104,7 +120,7 @@ def compare(oracle, router, iif: str, packets, wait: float = 0.01, mask=None):
     for k, (pkt, res, got) in enumerate(zip(packets, results, kernel_outputs(oracle, iif, packets,
                                                                             wait))):
         if res.verdict == "local":
-            bad = [(i, p) for i, p in got if _dst(p) != _src(pkt)]
+            bad = [(i, p) for i, p in got if _dst(p) not in _sources(pkt)]
             if bad:
                 problems.append((k, pkt.hex(), res, got))
             continue

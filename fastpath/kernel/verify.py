@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..config import ConfigError
-from .compare import (_dst, _src, expected_from_fastpath, kernel_outputs, mask_kernel_chosen,
+from .compare import (_dst, _sources, expected_from_fastpath, kernel_outputs, mask_kernel_chosen,
                       mask_outer_flowlabel, originated)
 
 __all__ = ["VerifyError", "Difference", "Report", "verify", "packet_fields", "summary",
@@ -370,7 +370,7 @@ def verify(config: str, packets, iif=None, *, wait: float = 0.01,
 def _judge(rep: Report, n: int, pkt: bytes, iif: str, res, got: list, flowlabel: bool):
     rep.total += 1
     if res.verdict == "local":
-        bad = [(d, p) for d, p in got if _dst(p) != _src(pkt)]
+        bad = [(d, p) for d, p in got if _dst(p) not in _sources(pkt)]
         if bad:
             rep.differences.append(Difference(
                 n, pkt, iif, got, res, [], f"fastpath delivers locally; the kernel sent "
