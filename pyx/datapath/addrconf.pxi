@@ -34,15 +34,18 @@ cdef inline bint is_local_addr(const ctx_t* c, int family, const uint8_t* a) noe
 
 
 cdef bint ipv6_chk_addr_dev(const ctx_t* c, const uint8_t* a, uint32_t dev) noexcept nogil:
-    """ipv6_chk_addr(net, addr, dev, 0): one of our IPv6 addresses, on
-    ``dev`` when its scope is link or host (link-local, ::1); a site or
-    global one on any device."""
+    """ipv6_chk_addr(net, addr, dev, 0): one of our IPv6 addresses in
+    ``dev``'s L3 domain (__ipv6_chk_addr_and_flags skips those whose
+    device has another l3mdev master), on ``dev`` when its scope is link or
+    host (link-local, ::1); a site or global one on any such device."""
     cdef uint32_t k
+    cdef uint32_t l3 = l3mdev_of(c, dev)
     if not is_local_addr(c, 6, a):
         return False
     for k in range(c.naddr):
         if (c.addrs[k].family == 6 and eq16(c.addrs[k].addr, a)
-                and (c.addrs[k].ifindex == dev or c.addrs[k].scope > 2)):
+                and (c.addrs[k].ifindex == dev or c.addrs[k].scope > 2)
+                and l3mdev_of(c, c.addrs[k].ifindex) == l3):
             return True
     return False
 
@@ -52,11 +55,32 @@ cdef bint ipv6_get_saddr(const ctx_t* c, uint32_t dev_ifindex, const uint8_t* ds
     """ipv6_dev_get_saddr (RFC 6724 section 5, the rules the kernel scores):
     same address, appropriate scope, outgoing interface, longest matching
     prefix (capped at the candidate's prefix length).  Rule 6 (policy
-    labels) is not applied yet.  For link-local and
-    multicast destinations only the device's own addresses are candidates.
-    Ties keep the first candidate found (devices by ifindex)."""
+    labels) is not applied yet.  For link-local and multicast destinations
+    only the device's own addresses are candidates.  Otherwise only those in
+    the device's L3 domain: a device in a VRF (or the VRF itself) prefers
+    its own and the VRF's addresses (ipv6_get_saddr_master), then any of the
+    VRF's devices; a device in none, any device in none.  Ties keep the
+    first candidate found (devices by ifindex)."""
     cdef int dscope = in6_scope(dst)
-    cdef bint only_dev = in6_is_multicast(dst) or dscope <= 2
+    cdef uint32_t l3 = l3mdev_of(c, dev_ifindex)
+    cdef int best
+    if in6_is_multicast(dst) or dscope <= 2:
+        best = _saddr_best(c, dev_ifindex, dst, dscope, 1, 0)
+    else:
+        best = _saddr_best(c, dev_ifindex, dst, dscope, 2, l3) if l3 else -1
+        if best < 0:
+            best = _saddr_best(c, dev_ifindex, dst, dscope, 3, l3)
+    if best < 0:
+        return False
+    memcpy(out, c.addrs[best].addr, 16)
+    return True
+
+
+cdef int _saddr_best(const ctx_t* c, uint32_t dev_ifindex, const uint8_t* dst, int dscope,
+                     int only, uint32_t l3) noexcept nogil:
+    """The best candidate of ipv6_get_saddr's scoring among the IPv6
+    addresses of: (only 1) the device; (2) the device or its VRF ``l3``;
+    (3) the devices of L3 domain ``l3`` (0: those in no VRF).  -1: none."""
     cdef int best = -1
     cdef int k, s, bs, cpl, bcpl
     cdef const fp_addr* a
@@ -65,7 +89,11 @@ cdef bint ipv6_get_saddr(const ctx_t* c, uint32_t dev_ifindex, const uint8_t* ds
         a = &c.addrs[k]
         if a.family != 6:
             continue
-        if only_dev and a.ifindex != dev_ifindex:
+        if only == 1 and a.ifindex != dev_ifindex:
+            continue
+        if only == 2 and a.ifindex != dev_ifindex and a.ifindex != l3:
+            continue
+        if only == 3 and l3mdev_of(c, a.ifindex) != l3:
             continue
         if best < 0:
             best = k
@@ -103,10 +131,7 @@ cdef bint ipv6_get_saddr(const ctx_t* c, uint32_t dev_ifindex, const uint8_t* ds
             bcpl = b.plen
         if cpl > bcpl:
             best = k
-    if best < 0:
-        return False
-    memcpy(out, c.addrs[best].addr, 16)
-    return True
+    return best
 
 
 cdef bint ipv4_get_saddr(const ctx_t* c, uint32_t ifindex, uint32_t dst, uint8_t* out) noexcept nogil:

@@ -159,6 +159,7 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
         p.start = b.start[i]
         p.length = b.length[i]
         p.iif = b.iif[i]
+        p.rcv_iif = p.iif
         if FP_DEBUG_BUILD and p.start >= 0 and p.length >= 0 and p.start + p.length <= slot:
             # Debug build: run the packet in a heap buffer that ends
             # exactly where the packet ends, so that any read past

@@ -190,6 +190,10 @@ cdef struct pkt_t:
     uint16_t vlan_tci
     bint has_vlan
     uint32_t iif
+    uint32_t rcv_iif              # IP6CB(skb)->iif / inet_iif(): the device it was received
+                                  # on, kept when a VRF takes it over (end_dt_vrf_core sets
+                                  # skb->dev, not the control block): ICMPv6 errors pick
+                                  # their source there
     uint32_t oif
     uint8_t nexthop[16]
     uint8_t verdict

@@ -181,8 +181,10 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         return False
     # the source: the offending packet's destination when it is ours; else
     # the preferred source of the route back (icmpv6_rt_has_prefsrc), else
-    # source address selection on the ingress device; then the route back
-    # is looked up from that source (so 'from' rules see it)
+    # source address selection on the device it was received on (parm->iif:
+    # for a packet End.DT* handed to a VRF, the outer packet's ingress, in
+    # that device's L3 domain; observed on 6.12); then the route back is
+    # looked up from that source (so 'from' rules see it)
     cdef uint8_t zero[16]
     memset(zero, 0, 16)
     if not have_saddr:
@@ -191,7 +193,7 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         if (d.type == RTN_UNICAST or d.type == RTN_LOCAL) and not in6_is_zero(d.prefsrc):
             memcpy(saddr, d.prefsrc, 16)
             have_saddr = True
-        elif ipv6_get_saddr(c, p.iif, osrc, saddr):
+        elif ipv6_get_saddr(c, p.rcv_iif, osrc, saddr):
             have_saddr = True
             rt = icmp6_route_lookup(c, p, osrc, saddr, &nmiss)
     else:
@@ -266,6 +268,29 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     return True
 
 
+cdef bint ipv4_select_addr_l3mdev(const ctx_t* c, uint32_t l3, uint8_t* out) noexcept nogil:
+    """inet_select_addr(VRF, 0, RT_SCOPE_LINK): the VRF device's own first
+    address, else the first of the devices enslaved to it, in device order
+    (the VRF takes loopback's place; loopback addresses never qualify)."""
+    cdef uint32_t k, best_if = 0xFFFFFFFFu
+    cdef int best = -1
+    cdef const fp_addr* a
+    for k in range(c.naddr):
+        a = &c.addrs[k]
+        if a.family != 4 or a.addr[0] == 127:
+            continue
+        if a.ifindex == l3:
+            memcpy(out, a.addr, 4)
+            return True
+        if a.ifindex < best_if and l3mdev_of(c, a.ifindex) == l3:
+            best_if = a.ifindex
+            best = <int>k
+    if best < 0:
+        return False
+    memcpy(out, c.addrs[best].addr, 4)
+    return True
+
+
 cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t info,
                      uint16_t reason, bint was_local) noexcept nogil:
     """__icmp_send(): the ICMPv4 error about the packet, routed to its source."""
@@ -282,6 +307,7 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     cdef uint8_t* h
     cdef uint8_t ttl
     cdef uint8_t it
+    cdef uint32_t l3
     p.reason = reason
     tr(c, T_ICMP_DUE, type, code, NULL)
     # no errors about fragments other than the first, or about ICMP errors
@@ -331,6 +357,12 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     if dev == NULL:
         set_drop(p, reason)
         return False
+    l3 = l3mdev_of(c, p.iif)
+    if not have_saddr and l3 and l3mdev_of(c, dev.ifindex) != l3:
+        # fib_select_path(): the route back leaves the packet's VRF (an l3mdev
+        # rule missed, a later one matched): the source is the VRF's,
+        # inet_select_addr(VRF, 0, RT_SCOPE_LINK), not the route's
+        have_saddr = ipv4_select_addr_l3mdev(c, l3, saddr)
     if not have_saddr:
         if d.prefsrc[0] or d.prefsrc[1] or d.prefsrc[2] or d.prefsrc[3]:
             memcpy(saddr, d.prefsrc, 4)
