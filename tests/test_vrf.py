@@ -302,7 +302,10 @@ def test_local_delivery_of_an_enslaved_devices_address():
 def test_master_and_nomaster_move_the_automatic_routes():
     N = ipaddress.ip_network
     r = Router()
-    r.configure("ip -6 addr add 2001:db8:5::1/64 dev eth5\nip addr add 10.5.0.1/24 dev eth5\n"
+    # (keep_addr_on_down: each move cycles eth5, which would flush its IPv6
+    # addresses; test_enslaving_flushes_the_ipv6_addresses)
+    r.configure("sysctl -w net.ipv6.conf.all.keep_addr_on_down=1\n"
+                "ip -6 addr add 2001:db8:5::1/64 dev eth5\nip addr add 10.5.0.1/24 dev eth5\n"
                 "ip -6 addr add 2001:db8:9::1/64 dev eth9\n"
                 "ip link add red type vrf table 10\nip link add blue type vrf table 20\n")
     p6 = IPv6(src="2001:db8:5::2", dst="2001:db8:5::1") / UDP()
@@ -327,6 +330,28 @@ def test_master_and_nomaster_move_the_automatic_routes():
     # deleting the VRF releases its devices
     r.configure("ip link del red")
     assert where() == [254, 255] and "red" not in r.state.interfaces
+
+
+@pytest.mark.parametrize("keep", [None, "all", "dev", "all-off"])
+def test_enslaving_flushes_the_ipv6_addresses(keep):
+    """vrf_add_slave / vrf_del_slave cycle an up device (cycle_netdev), and
+    addrconf_ifdown flushes its IPv6 addresses unless keep_addr_on_down
+    (all's when non-zero, else the device's) is positive; IPv4 ones stay.
+    Observed on Linux 6.12: tests/test_kernel_vrf.py."""
+    sysctl = {None: "", "all": "sysctl -w net.ipv6.conf.all.keep_addr_on_down=1\n",
+              "dev": "sysctl -w net.ipv6.conf.eth5.keep_addr_on_down=1\n",
+              "all-off": "sysctl -w net.ipv6.conf.all.keep_addr_on_down=-1\n"
+                         "sysctl -w net.ipv6.conf.eth5.keep_addr_on_down=1\n"}[keep]
+    r = Router().configure("ip -6 addr add 2001:db8:5::1/64 dev eth5\nip addr add 10.5.0.1/24 dev eth5\n"
+                           "ip link add red type vrf table 10\n" + sysctl)
+    r.configure("ip link set eth5 master red")
+    kept = keep in ("all", "dev")
+    assert [a.version for a in r.state.interfaces["eth5"].addrs] == ([6, 4] if kept else [4])
+    assert ((6, 10, ipaddress.ip_network("2001:db8:5::/64"), 256) in r.state.routes) == kept
+    # a device that is down is not cycled: it keeps them
+    r = Router().configure("ip -6 addr add 2001:db8:5::1/64 dev eth5\nip link set eth5 down\n"
+                           "ip link add red type vrf table 10\nip link set eth5 master red\n")
+    assert [a.version for a in r.state.interfaces["eth5"].addrs] == [6]
 
 
 def test_routes_and_neighbours_in_a_vrf():
