@@ -11,10 +11,14 @@ compared.
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,15 +67,37 @@ def _normalise(state: State) -> State:
     return s
 
 
-def _roundtrip(config: str, ifaces):
+#: the automatic ff00::/8 route of a VRF's table: fastpath's configuration
+#: derives one for the VRF device itself, Linux does not (addrconf_add_dev
+#: skips l3mdev masters; 6.12); fastpath.config's model, not the import,
+#: which writes what the kernel holds
+VRF_MROUTE = (6, 100, ipaddress.IPv6Network("ff00::/8"), 256)
+
+
+def _without(state: State, *keys) -> State:
+    s = state.copy()
+    for k in keys:
+        s.routes.pop(k, None)
+    return s
+
+
+def _roundtrip(config: str, ifaces, setup=None, settle=None, ignore=()):
+    """``setup(oracle)``: run before the configuration (devices made
+    outside it: a veth whose peer is another namespace's); ``settle(oracle)``
+    after it (wait for what the kernel does later: a carrier)."""
     with ko.KernelOracle(ifaces=ifaces) as k:
+        if setup is not None:
+            setup(k)
         k.configure(config)
+        if settle is not None:
+            settle(k)
         text = nl.import_text(k.netns)
         again = Router.from_kernel(k.netns)
     expected = Router().configure(_namespace_lines() + config)
     got = Router().configure(text)
-    assert _normalise(got.state).dump().splitlines() == _normalise(expected.state).dump().splitlines()
-    assert _normalise(got.state) == _normalise(expected.state)
+    g, e = _without(_normalise(got.state), *ignore), _without(_normalise(expected.state), *ignore)
+    assert g.dump().splitlines() == e.dump().splitlines()
+    assert g == e
     assert again.dump() == got.dump()
     return text
 
@@ -423,6 +449,362 @@ def test_route_line_is_one_function_per_message():
             msgs = [m for m in ipr.route("dump", family=10) if m.get_attr("RTA_DST") == "fc00::1"]
     assert [nl.route_line(m, names) for m in msgs] == [
         "ip -6 route add fc00::1/128 encap seg6local action End.X nh6 2001:db8:1::2 count dev tun0"]
+
+
+# ---------------------------------------------------------------------------
+# issue 47: the routers of the kernel's SRv6 selftest labs
+# (tools/testing/selftests/net/srv6_*.sh): namespaces joined by veth pairs,
+# VRFs with their l3mdev rules, proxy ARP/NDP entries
+_lab_counter = iter(range(1, 1 << 30))
+
+
+def _sh(*cmd, ns=None, check=True):
+    if ns is not None:
+        cmd = ("ip", "netns", "exec", ns) + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
+    return p
+
+
+@contextlib.contextmanager
+def _namespaces(*roles):
+    """Plain namespaces (``ip netns add``), named fp-PID-labN-ROLE (so that
+    test_no_namespace_left_behind sees a leftover), deleted on every exit."""
+    n = next(_lab_counter)
+    names = {r: f"fp-{os.getpid()}-lab{n}-{r}" for r in roles}
+    made = []
+    try:
+        for name in names.values():
+            _sh("ip", "netns", "add", name)
+            made.append(name)
+            for k in ("all", "default"):
+                _sh("sysctl", "-qw", f"net.ipv6.conf.{k}.accept_dad=0", ns=name)
+        yield names
+    finally:
+        for name in made:
+            _sh("ip", "netns", "del", name, check=False)
+
+
+def _wait_running(ns, *devs):
+    """Until each device's operstate is UP: linkwatch has handled its
+    carrier (and addrconf what follows it), later than the command that
+    brought it up; an import made before would catch it halfway."""
+    end = time.monotonic() + 20
+    for dev in devs:
+        while "state UP" not in _sh("ip", "-n", ns, "-o", "link", "show", "dev", dev).stdout:
+            assert time.monotonic() < end, f"{dev} in {ns} never came up (operstate)"
+            time.sleep(0.05)
+
+
+def _veth_across(a_ns, a_name, b_ns, b_name):
+    """A veth pair whose ends are in two namespaces (made where the
+    selftests make it: in b, then one end moved to a)."""
+    _sh("ip", "-n", b_ns, "link", "add", b_name, "type", "veth", "peer", "name", a_name)
+    _sh("ip", "-n", b_ns, "link", "set", a_name, "netns", a_ns)
+    _sh("ip", "-n", b_ns, "link", "set", b_name, "up")
+
+
+VETH_PROXY = """
+ip tuntap add dev tun0 mode tun
+ip link set dev veth-t100 address 02:aa:00:00:01:00 mtu 1400
+ip link set dev veth-t100 up
+ip addr add 10.0.0.254/24 dev veth-t100
+ip -6 addr add cafe::254/64 dev veth-t100
+sysctl -w net.ipv4.conf.veth-t100.proxy_arp=1
+sysctl -w net.ipv6.conf.veth-t100.proxy_ndp=1
+sysctl -w net.ipv4.neigh.veth-t100.proxy_delay=0
+sysctl -w net.ipv6.neigh.veth-t100.proxy_qlen=32
+ip neigh add proxy 10.0.0.2 dev veth-t100
+ip -6 neigh add proxy cafe::2 dev veth-t100
+ip -6 neigh add proxy cafe::3 dev veth-t100 router
+ip neigh add 10.0.0.1 lladdr 02:bb:00:00:00:01 dev veth-t100 nud permanent
+ip route add 10.9.0.0/16 via 10.0.0.1 dev veth-t100
+"""
+
+
+@pytest.mark.kernel
+def test_veth_peer_in_another_namespace_and_proxy_entries():
+    """A veth whose peer is another namespace's is imported as an interface
+    (a NIC: created by mention), and the proxy entries (the kernel's
+    separate pneigh dump) and proxy sysctls come with it: the import equals
+    what fastpath builds from the same lines."""
+    with _namespaces("hs") as ns:
+        def setup(k):
+            _veth_across(k.netns, "veth-t100", ns["hs"], "veth0")
+        text = _roundtrip(VETH_PROXY, ("tun0",), setup=setup,
+                          settle=lambda k: _wait_running(k.netns, "veth-t100"))
+    lines = text.splitlines()
+    assert "ip link set dev veth-t100 up" in lines
+    assert not any("type veth" in ln for ln in lines)
+    assert "ip -4 neigh add proxy 10.0.0.2 dev veth-t100" in lines
+    assert "ip -6 neigh add proxy cafe::2 dev veth-t100" in lines
+    assert "ip -6 neigh add proxy cafe::3 dev veth-t100 router" in lines
+    assert "sysctl -w net.ipv4.conf.veth-t100.proxy_arp=1" in lines
+    assert "sysctl -w net.ipv6.conf.veth-t100.proxy_ndp=1" in lines
+    assert "sysctl -w net.ipv4.neigh.veth-t100.proxy_delay=0" in lines
+    assert "sysctl -w net.ipv6.neigh.veth-t100.proxy_qlen=32" in lines
+    assert any(ln.startswith("# note: link veth-t100: a veth whose peer is in another namespace")
+               for ln in lines), lines
+
+
+def test_proxy_entry_messages():
+    """neigh_line on the pneigh dump's messages (pneigh_fill_info: NUD_NONE,
+    the entry's flags): a line per entry; an entry without a device (the
+    kernel allows one through rtnetlink: ifindex 0; not made in a namespace
+    here, the kernel does not free those with the namespace) is named."""
+    from pyroute2.netlink.rtnl.ndmsg import ndmsg
+
+    def msg(fam, dst, ifindex, flags):
+        m = ndmsg()
+        m["family"], m["ifindex"], m["state"], m["flags"] = fam, ifindex, 0, flags
+        m["attrs"] = [("NDA_DST", dst)]
+        m.encode()
+        d = ndmsg(m.data)
+        d.decode()
+        return d
+    names = {1: "lo", 3: "veth-t100"}
+    assert nl.neigh_line(msg(2, "10.0.0.2", 3, nl.NTF_PROXY), names) == \
+        "ip -4 neigh add proxy 10.0.0.2 dev veth-t100"
+    assert nl.neigh_line(msg(10, "cafe::3", 3, nl.NTF_PROXY | nl.NTF_ROUTER), names) == \
+        "ip -6 neigh add proxy cafe::3 dev veth-t100 router"
+    with pytest.raises(nl.NotSupported, match=r"^not supported: proxy neighbour 10.0.0.9 dev "
+                                              r"ifindex 0: ifindex 0 is not a device"):
+        nl.neigh_line(msg(2, "10.0.0.9", 0, nl.NTF_PROXY), names)
+    with pytest.raises(nl.NotSupported, match=r"proxy neighbour 10.0.0.8 dev veth-t100: proxy "
+                                              r"entry flags 0x48"):
+        nl.neigh_line(msg(2, "10.0.0.8", 3, nl.NTF_PROXY | 0x40), names)
+
+
+def test_l3mdev_rule_from_message():
+    """FRA_L3MDEV (u8 1) -> an l3mdev rule, as rtnetlink sends the ones a
+    VRF adds (pref 1000, table 0, FRA_PROTOCOL kernel)."""
+    import struct
+
+    def nla(t, payload):
+        b = struct.pack("=HH", 4 + len(payload), t) + payload
+        return b + b"\0" * (-len(b) % 4)
+    for fam_id, fam in ((2, 4), (10, 6)):
+        body = struct.pack("=BBBBBBBBI", fam_id, 0, 0, 0, 0, 0, 0, 1, 0)
+        body += nla(nl.FRA["TABLE"], struct.pack("=I", 0)) + nla(nl.FRA["PRIORITY"],
+                                                               struct.pack("=I", 1000))
+        body += nla(nl.FRA["L3MDEV"], b"\x01") + nla(nl.FRA["PROTOCOL"], b"\x02")
+        raw = struct.pack("=IHHII", 16 + len(body), 32, 0, 0, 0) + body
+        r = nl.rule_from_msg(raw, {1: "lo"})
+        assert (r.family, r.pref, r.table, r.action, r.l3mdev) == (fam, 1000, 0, "lookup", True)
+        assert nl.rule_line(raw, {1: "lo"}) == f"ip -{fam} rule add pref 1000 l3mdev"
+
+
+@pytest.mark.kernel
+def test_l3mdev_rules_added_by_hand():
+    """``ip rule add l3mdev`` needs CONFIG_NET_L3_MASTER_DEV, not a VRF."""
+    try:
+        text = _roundtrip("ip tuntap add dev tun0 mode tun\nip rule add pref 500 l3mdev\n"
+                          "ip -6 rule add pref 600 l3mdev\n", ("tun0",))
+    except ko.KernelConfigError as e:
+        pytest.skip(f"kernel refused: {e.stderr.strip()}")
+    assert "ip -4 rule add pref 500 l3mdev" in text.splitlines()
+    assert "ip -6 rule add pref 600 l3mdev" in text.splitlines()
+
+
+_vrf_ok: list = []
+
+
+def _need_vrf():
+    """Skip, with the reason, where the kernel makes no VRF device (it is
+    tried in a scratch namespace)."""
+    if not _vrf_ok:
+        with _namespaces("vrfprobe") as ns:
+            p = _sh("ip", "-n", ns["vrfprobe"], "link", "add", "vrf-probe", "type", "vrf",
+                    "table", "10", check=False)
+        _vrf_ok.append((p.returncode == 0, p.stderr.strip()))
+    ok, err = _vrf_ok[0]
+    if not ok:
+        pytest.skip(f"this kernel makes no VRF device (CONFIG_NET_VRF): 'ip link add NAME type "
+                    f"vrf table N': {err}")
+
+
+VRF = """
+ip tuntap add dev tun0 mode tun
+ip tuntap add dev tun1 mode tun
+sysctl -w net.vrf.strict_mode=1
+ip link add vrf-100 type vrf table 100
+ip link set dev vrf-100 address 02:00:00:00:01:00
+ip link set dev vrf-100 up
+ip link set dev tun1 master vrf-100
+ip addr add 10.0.1.254/24 dev tun1
+ip -6 addr add cafe::254/64 dev tun1
+ip route add 10.9.0.0/16 via 10.0.1.2 dev tun1 table 100
+ip -6 route add unreachable default metric 4278198272 table 100
+ip -6 rule add to fc00::/16 table 90 pref 999
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.kernel_vrf
+@pytest.mark.parametrize("moved", [False, True])
+def test_vrf_l3mdev_rules(moved):
+    """The kernel's own ``pref 1000 l3mdev`` rules (vrf_add_fib_rules, both
+    families, with the first VRF) are imported; the VRF line implies them,
+    so the text has no rule line for them unless they were moved."""
+    _need_vrf()
+    config = VRF + ("ip rule del pref 1000 l3mdev\nip rule add pref 1500 l3mdev\n" if moved else "")
+    text = _roundtrip(config, ("tun0", "tun1"), ignore=(VRF_MROUTE,))
+    lines = text.splitlines()
+    assert "ip link add vrf-100 type vrf table 100" in lines
+    assert "ip link set dev tun1 master vrf-100" in lines
+    st = Router().configure(text).state
+    for fam in (4, 6):
+        l3 = [(r.pref, r.table, r.action) for r in st.rules[fam] if r.l3mdev]
+        assert l3 == [(1500 if moved and fam == 4 else 1000, 0, "lookup")], (fam, st.rules[fam])
+    rule_lines = [ln for ln in lines if "l3mdev" in ln]
+    assert rule_lines == (["ip -4 rule del pref 1000 l3mdev", "ip -4 rule add pref 1500 l3mdev"]
+                          if moved else [])
+
+
+@pytest.mark.kernel
+@pytest.mark.kernel_seg6
+@pytest.mark.kernel_vrf
+def test_srv6_end_dt46_l3vpn_lab():
+    """The routers of tools/testing/selftests/net/srv6_end_dt46_l3vpn_test.sh
+    (tenant 100; the same commands): each imports, and its text rebuilds it."""
+    _need_vrf()
+    ok, reason = ko.oracle_available()
+    if not ok:
+        pytest.skip(reason)
+    with _namespaces("rt1", "rt2", "hs1", "hs2") as ns:
+        rt = {1: ns["rt1"], 2: ns["rt2"]}
+        hs = {1: ns["hs1"], 2: ns["hs2"]}
+        _sh("ip", "-n", rt[1], "link", "add", "veth0", "type", "veth", "peer", "name", "veth-rt-2")
+        _sh("ip", "-n", rt[1], "link", "set", "veth-rt-2", "netns", rt[2])
+        _sh("ip", "-n", rt[2], "link", "set", "veth-rt-2", "name", "veth0")
+        for r in (1, 2):
+            n = rt[r]
+            _sh("ip", "-n", n, "addr", "add", f"fd00::{r}/64", "dev", "veth0", "nodad")
+            _sh("ip", "-n", n, "link", "set", "veth0", "up")
+            _sh("ip", "-n", n, "link", "set", "lo", "up")
+            _sh("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=n)
+            _sh("sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", ns=n)
+            _sh("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", ns=n)
+            h = hs[r]
+            _sh("ip", "-n", h, "link", "add", "veth0", "type", "veth", "peer", "name", "veth-t100")
+            _sh("ip", "-n", h, "link", "set", "veth-t100", "netns", n)
+            _sh("ip", "-n", h, "addr", "add", f"cafe::{r}/64", "dev", "veth0", "nodad")
+            _sh("ip", "-n", h, "addr", "add", f"10.0.0.{r}/24", "dev", "veth0")
+            _sh("ip", "-n", h, "link", "set", "veth0", "up")
+            _sh("ip", "-n", n, "link", "add", "vrf-100", "type", "vrf", "table", "100")
+            _sh("ip", "-n", n, "link", "set", "vrf-100", "up")
+            _sh("ip", "-n", n, "link", "set", "veth-t100", "master", "vrf-100")
+            _sh("ip", "-n", n, "addr", "add", "cafe::254/64", "dev", "veth-t100", "nodad")
+            _sh("ip", "-n", n, "addr", "add", "10.0.0.254/24", "dev", "veth-t100")
+            _sh("ip", "-n", n, "link", "set", "veth-t100", "up")
+            _sh("sysctl", "-qw", "net.ipv6.conf.veth-t100.proxy_ndp=1", ns=n)
+            _sh("sysctl", "-qw", "net.ipv4.conf.veth-t100.proxy_arp=1", ns=n)
+            _sh("sysctl", "-qw", "net.vrf.strict_mode=1", ns=n)
+        for src, dst in ((1, 2), (2, 1)):
+            sid = f"fc00:{src}{dst}:100::6046"
+            a, b = rt[src], rt[dst]
+            _sh("ip", "-n", a, "-6", "neigh", "add", "proxy", f"cafe::{dst}", "dev", "veth-t100")
+            _sh("ip", "-n", a, "-6", "route", "add", f"cafe::{dst}/128", "vrf", "vrf-100", "encap",
+                "seg6", "mode", "encap", "segs", sid, "dev", "veth0")
+            _sh("ip", "-n", a, "-4", "route", "add", f"10.0.0.{dst}/32", "vrf", "vrf-100", "encap",
+                "seg6", "mode", "encap", "segs", sid, "dev", "veth0")
+            _sh("ip", "-n", a, "-6", "route", "add", f"{sid}/128", "vrf", "vrf-100", "via",
+                f"fd00::{dst}", "dev", "veth0")
+            _sh("ip", "-n", b, "-6", "route", "add", f"{sid}/128", "table", "90", "encap",
+                "seg6local", "action", "End.DT46", "vrftable", "100", "dev", "vrf-100")
+            _sh("ip", "-n", b, "-6", "rule", "add", "to", "fc00::/16", "lookup", "90", "prio", "999")
+            _sh("ip", "-n", a, "-6", "route", "add", "unreachable", "default", "metric",
+                "4278198272", "vrf", "vrf-100")
+            _sh("ip", "-n", a, "-4", "route", "add", "unreachable", "default", "metric",
+                "4278198272", "vrf", "vrf-100")
+        for r in (1, 2):
+            _wait_running(rt[r], "veth0", "veth-t100")
+        for r in (1, 2):
+            # one read (the hosts' traffic teaches the kernel neighbours meanwhile)
+            again, text, _notes = nl.state_from_snapshot(nl.read_snapshot(rt[r]))
+            st = Router().configure(text).state
+            assert _normalise(st).dump().splitlines() == _normalise(again).dump().splitlines()
+            assert _normalise(st) == _normalise(again)
+            lines = text.splitlines()
+            other = 2 if r == 1 else 1
+            for want in ("ip link set dev veth0 up", "ip link set dev veth-t100 up",
+                         "ip link add vrf-100 type vrf table 100",
+                         "sysctl -w net.vrf.strict_mode=1",
+                         "sysctl -w net.ipv4.conf.veth-t100.proxy_arp=1",
+                         "sysctl -w net.ipv6.conf.veth-t100.proxy_ndp=1",
+                         f"ip -6 neigh add proxy cafe::{other} dev veth-t100",
+                         "ip -6 rule add pref 999 to fc00::/16 table 90",
+                         f"ip -6 route add fc00:{other}{r}:100::6046/128 table 90 encap seg6local "
+                         "action End.DT46 vrftable 100 dev vrf-100"):
+                assert want in lines, (want, text)
+            assert st.interfaces["veth-t100"].master == "vrf-100"
+            assert [r_.pref for r_ in st.rules[4] if r_.l3mdev] == [1000]
+            assert [r_.pref for r_ in st.rules[6] if r_.l3mdev] == [1000]
+
+
+def _run_on(config_path, netns, tmp_path):
+    """python -m fastpath.run --config FILE --netns NS, started (its ready
+    file written) -> (Popen, the nftables table it made)."""
+    ready = tmp_path / "ready"
+    p = subprocess.Popen([sys.executable, "-m", "fastpath.run", "--config", str(config_path),
+                          "--netns", netns, "--ready-file", str(ready)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    end = time.monotonic() + 60
+    while not ready.exists():
+        if p.poll() is not None or time.monotonic() > end:
+            if p.poll() is None:
+                p.kill()
+            out, err = p.communicate(timeout=10)
+            pytest.fail(f"fastpath.run did not start: {err or out}")
+        time.sleep(0.05)
+    return p, ready.read_text().strip()
+
+
+def _nft_tables(ns):
+    out = _sh("nft", "list", "tables", "netdev", ns=ns).stdout
+    return [ln.split()[2] for ln in out.splitlines() if "fastpath_" in ln]
+
+
+@pytest.mark.kernel
+def test_imported_lab_router_runs_on_the_wire(tmp_path):
+    """End to end: two namespaces joined by a veth (as the selftests join a
+    host to its router), a proxy entry; the router's import is a file that
+    ``python -m fastpath.run --config FILE --netns NS`` takes: it attaches
+    to the veth, and SIGINT stops it with nothing left behind."""
+    if shutil.which("nft") is None:
+        pytest.skip("fastpath.run needs nft")
+    with _namespaces("rt", "hs") as ns:
+        rt, hs = ns["rt"], ns["hs"]
+        _veth_across(rt, "veth-t100", hs, "veth0")
+        _sh("ip", "-n", hs, "addr", "add", "10.0.0.1/24", "dev", "veth0")
+        _sh("ip", "-n", hs, "-6", "addr", "add", "cafe::1/64", "dev", "veth0")
+        for cmd in ("link set lo up", "link set veth-t100 up",
+                    "addr add 10.0.0.254/24 dev veth-t100", "-6 addr add cafe::254/64 dev veth-t100",
+                    "neigh add proxy 10.0.0.2 dev veth-t100",
+                    "-6 neigh add proxy cafe::2 dev veth-t100"):
+            _sh("ip", "-n", rt, *cmd.split())
+        _sh("sysctl", "-qw", "net.ipv4.conf.veth-t100.proxy_arp=1", ns=rt)
+        _sh("sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", ns=rt)
+        conf = tmp_path / "rt.conf"
+        p = subprocess.run([sys.executable, "-m", "fastpath.kernel", "import", "--netns", rt,
+                            "-o", str(conf)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+        assert p.returncode == 0, p.stderr
+        text = conf.read_text()
+        assert "ip -4 neigh add proxy 10.0.0.2 dev veth-t100" in text.splitlines()
+        proc, table = _run_on(conf, rt, tmp_path)
+        try:
+            assert table.startswith("fastpath_") and _nft_tables(rt) == [table]
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        assert _nft_tables(rt) == []
+    assert not any(n.startswith(f"fp-{os.getpid()}-lab") for n in os.listdir(ko.NETNS_RUN_DIR))
 
 
 def test_no_namespace_left_behind():

@@ -10,11 +10,13 @@ What is read, and how it maps onto the configuration language:
 * links (RTM_GETLINK): name, MTU, MAC, administrative up/down (IFF_UP), and
   the kind: ``lo``; ``tun``/``tap`` (``ip tuntap add``); ``veth`` pairs with
   both ends in the namespace; ``vlan`` (802.1Q); ``dummy``; a device without
-  a kind (a NIC) is a device created by mention (``ip link set dev X up``);
-  ``vrf`` (``ip link add NAME type vrf table T``, IFLA_VRF_TABLE) and a VRF
-  master (IFLA_MASTER: ``ip link set dev X master NAME``).  A device with
-  another master (bridge, bond), a veth whose peer is in another namespace
-  and any other kind are "not supported".
+  a kind (a NIC) and a veth whose peer is in another namespace
+  (IFLA_LINK_NETNSID: the namespaces of a lab joined by veth pairs) are
+  devices created by mention (``ip link set dev X up``), the wires that
+  ``python -m fastpath.run --netns NS`` attaches to by name; ``vrf`` (``ip
+  link add NAME type vrf table T``, IFLA_VRF_TABLE) and a VRF master
+  (IFLA_MASTER: ``ip link set dev X master NAME``).  A device with another
+  master (bridge, bond) and any other kind are "not supported".
 * addresses (RTM_GETADDR): permanent ones only (a finite lifetime, a peer
   address, a label, ``noprefixroute``, ``mngtmpaddr``, a temporary address
   or a non-default IPv4 scope are "not supported").
@@ -26,10 +28,14 @@ What is read, and how it maps onto the configuration language:
   decoded from the raw attributes.  The automatic (proto kernel) routes are
   checked against the ones fastpath derives from the addresses.
 * rules (RTM_GETRULE): pref, from, to, iif, table and the actions lookup,
-  blackhole, unreachable, prohibit.
+  blackhole, unreachable, prohibit; ``l3mdev`` (FRA_L3MDEV: the ``pref 1000
+  l3mdev`` rules the kernel adds for both families with the first VRF).
 * neighbours (RTM_GETNEIGH): entries with a link-layer address; the
   kernel's own NOARP entries (multicast, loopback) and entries without an
   address (INCOMPLETE, FAILED) are left out and listed in the notes.
+* proxy entries (``ip neigh add proxy ADDR dev DEV [router]``, both
+  families): the kernel's separate pneigh dump (RTM_GETNEIGH with NTF_PROXY
+  in ndm_flags, ``dump_proxies``; pyroute2 does not ask for it).
 * ``ip sr tunsrc`` and the HMAC keys, over the SEG6 generic netlink family
   (pyroute2 has no message class for it; the few attributes are packed
   here).  The kernel (6.x) does give the HMAC secrets back to a privileged
@@ -39,8 +45,9 @@ What is read, and how it maps onto the configuration language:
 * the sysctls fastpath models (``fastpath.config``: the global ones —
   seg6_flowlabel, ICMP rate limits, multipath hash policy, ip_default_ttl,
   ... — and per all/default/device forwarding, seg6_enabled,
-  seg6_require_hmac, hop_limit, mtu, ...), read from /proc/sys inside the
-  namespace.
+  seg6_require_hmac, hop_limit, mtu, proxy_arp, proxy_ndp, ..., and per
+  default/device the neighbour tables' proxy_delay and proxy_qlen), read
+  from /proc/sys inside the namespace.
 
 Anything the model cannot hold raises :class:`NotSupported` naming the
 object ("not supported: route 2001:db8::/64 table main: encap type mpls");
@@ -58,11 +65,12 @@ interface's); a single nexthop's weight is not reported by the kernel
 
 One function per rtnetlink message type turns a message into configuration
 (``link_lines``, ``addr_line``, ``route_from_msg``/``route_line``,
-``rule_from_msg``/``rule_line``, ``neigh_line``), so that a follower of
+``rule_from_msg``/``rule_line``, ``neigh_line`` (proxy entries too)), so that a follower of
 RTM_NEW*/RTM_DEL* notifications can reuse them.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import itertools
 import os
@@ -77,7 +85,8 @@ from ..config.lexer import _net_int
 
 __all__ = ["KernelImportError", "NotSupported", "import_state", "import_text", "canonical", "Snapshot",
            "read_snapshot", "link_lines", "addr_line", "route_from_msg", "route_line",
-           "rule_from_msg", "rule_line", "neigh_line", "netns_path"]
+           "rule_from_msg", "rule_line", "neigh_line", "netns_path", "dump_proxies",
+           "rtnl_socket", "get_link", "veth_peer_elsewhere"]
 
 NETNS_RUN_DIR = "/run/netns"
 
@@ -420,8 +429,10 @@ _RULE_ACTS = {1: "lookup", 6: "blackhole", 7: "unreachable", 8: "prohibit", 2: "
 
 def rule_from_msg(msg, ifnames: dict) -> Rule:
     """RTM_NEWRULE -> fastpath.config.Rule; NotSupported for the selectors
-    and actions the model lacks.  (FRA_PROTOCOL, who installed the rule, is
-    not modelled and not kept.)"""
+    and actions the model lacks.  An l3mdev rule (FRA_L3MDEV: the kernel's
+    own ``pref 1000 l3mdev`` of a VRF, or one added with ``ip rule add
+    l3mdev``) is a lookup with table 0 and ``l3mdev``.  (FRA_PROTOCOL, who
+    installed the rule, is not modelled and not kept.)"""
     raw = _raw(msg)
     fam_id, dst_len, src_len, tos, table, _r1, _r2, action, flags = \
         struct.unpack_from("=BBBBBBBBI", raw, 16)
@@ -440,9 +451,18 @@ def rule_from_msg(msg, ifnames: dict) -> Rule:
     act = _RULE_ACTS.get(action, str(action))
     if act not in C._RULE_ACTIONS:
         raise NotSupported(what, f"action {act}")
+    l3mdev = False
     for t, v in at.items():
         if t in (FRA["DST"], FRA["SRC"], FRA["IIFNAME"], FRA["PRIORITY"], FRA["TABLE"],
                  FRA["PROTOCOL"], FRA["PAD"]):
+            continue
+        if t == FRA["L3MDEV"]:
+            # fib_nl2rule: FRA_L3MDEV is a u8 that only 1 passes: look up the
+            # table of the packet's VRF (vrf_add_fib_rules adds 'pref 1000
+            # l3mdev' for both families with a namespace's first VRF)
+            if v[:1] != b"\x01":
+                raise NotSupported(what, f"l3mdev value {v[:1].hex()}")
+            l3mdev = True
             continue
         if t in (FRA["SUPPRESS_PREFIXLEN"], FRA["SUPPRESS_IFGROUP"]) and _u32(v) == 0xFFFFFFFF:
             continue
@@ -460,6 +480,10 @@ def rule_from_msg(msg, ifnames: dict) -> Rule:
         if iif not in ifnames.values():
             raise NotSupported(what, f"iif {iif} is not a device of this namespace")
     tb = _u32(at[FRA["TABLE"]]) if FRA["TABLE"] in at else table
+    if l3mdev:
+        if act != "lookup" or tb:
+            raise NotSupported(what, f"l3mdev with {act} table {tb}")
+        return Rule(fam, pref, src, dst, iif, 0, "lookup", True)
     if act != "lookup":
         tb = 0
     return Rule(fam, pref, src, dst, iif, tb, act)
@@ -486,11 +510,21 @@ def _link_info(msg) -> dict:
                 master=msg.get_attr("IFLA_MASTER"), netnsid=msg.get_attr("IFLA_LINK_NETNSID"))
 
 
+def veth_peer_elsewhere(L: dict, links: dict) -> bool:
+    """Whether the veth ``L`` (``_link_info``) has its peer in another
+    namespace: IFLA_LINK_NETNSID says so (rtnl_fill_link_netnsid: the peer's
+    namespace is not the device's; its IFLA_LINK is then an ifindex over
+    there), and so does an IFLA_LINK that is no device of ``links``."""
+    return L["netnsid"] is not None or L["link"] not in links
+
+
 def link_lines(msg, links: dict) -> list:
     """RTM_NEWLINK -> the lines that create the device and set it (mtu,
     address, up/down).  ``links``: ifindex -> RTM_NEWLINK of every device (for
     masters, peers and parents).  A veth pair is created at its first end
-    (lower ifindex); the other end returns only its settings."""
+    (lower ifindex); the other end returns only its settings.  A veth whose
+    peer is in another namespace is written as a NIC is (created by
+    mention, ``ip link set dev X up``, then its settings)."""
     L = _link_info(msg)
     name = L["name"]
     q = C._q(name)
@@ -515,9 +549,12 @@ def link_lines(msg, links: dict) -> list:
         lines.append(f"ip tuntap add dev {q} mode {'tap' if ttype == 2 else 'tun'}")
     elif kind == "dummy":
         lines.append(f"ip link add {q} type dummy")
+    elif kind == "veth" and veth_peer_elsewhere(L, links):
+        # the other end is another namespace's: this end is a wire out of
+        # the namespace, as a NIC is (created by mention; fastpath.run
+        # attaches to it by name)
+        lines.append(f"ip link set dev {q} up")
     elif kind == "veth":
-        if L["netnsid"] is not None or L["link"] not in links:
-            raise NotSupported(what, "veth whose peer is in another namespace")
         peer = _link_info(links[L["link"]])
         if L["index"] < peer["index"]:
             # veth_newlink registers the peer first: 'ip link add B peer name A'
@@ -603,26 +640,33 @@ def addr_line(msg, ifnames: dict) -> str:
 
 
 NUD_INCOMPLETE, NUD_NOARP, NUD_PERMANENT, NUD_FAILED = 0x01, 0x40, 0x80, 0x20
-NTF_PROXY = 0x08
+NTF_PROXY, NTF_ROUTER = 0x08, 0x80
 
 
 def neigh_line(msg, ifnames: dict, links: Optional[dict] = None) -> Optional[str]:
     """RTM_NEWNEIGH -> ``ip neigh add ... nud permanent``, or None for the
     entries that are not configuration (no link-layer address, or a NOARP
-    entry the kernel made itself: multicast/broadcast, loopback)."""
+    entry the kernel made itself: multicast/broadcast, loopback).  A proxy
+    entry (NTF_PROXY: the pneigh dump, ``dump_proxies``) -> ``ip -4|-6
+    neigh add proxy ADDR dev DEV [router]``."""
     fam = {2: 4, 10: 6}.get(msg["family"])
     if fam is None:
         return None
     dst = msg.get_attr("NDA_DST")
     ll = msg.get_attr("NDA_LLADDR")
     dev = ifnames.get(msg["ifindex"])
-    what = f"neighbour {dst} dev {dev}"
+    proxy = bool(msg["flags"] & NTF_PROXY)
+    what = f"{'proxy ' if proxy else ''}neighbour {dst} dev {dev or 'ifindex %d' % msg['ifindex']}"
     if dev is None:
         raise NotSupported(what, f"ifindex {msg['ifindex']} is not a device of this namespace")
-    if msg["flags"] & NTF_PROXY:
+    if proxy:
         # a pneigh entry (pneigh_fill_info: NUD_NONE, the entry's flags)
+        if dst is None:
+            raise NotSupported(what, "proxy entry without an address")
+        if msg["flags"] & ~(NTF_PROXY | NTF_ROUTER):
+            raise NotSupported(what, f"proxy entry flags {msg['flags']:#x}")
         return (f"ip -{fam} neigh add proxy {ipaddress.ip_address(dst)} dev {C._q(dev)}"
-                + (" router" if msg["flags"] & 0x80 else ""))
+                + (" router" if msg["flags"] & NTF_ROUTER else ""))
     state = msg["state"]
     a = ipaddress.ip_address(dst)
     if not ll or state & (NUD_INCOMPLETE | NUD_FAILED):
@@ -634,6 +678,90 @@ def neigh_line(msg, ifnames: dict, links: Optional[dict] = None) -> Optional[str
     if len(mac) != 6:
         raise NotSupported(what, "link-layer address not 6 bytes")
     return f"ip -{fam} neigh add {a} lladdr {C._mac_str(mac)} dev {C._q(dev)} nud permanent"
+
+
+# ---------------------------------------------------------------------------
+# raw rtnetlink requests pyroute2's API does not make: the proxy (pneigh)
+# dump needs NTF_PROXY in the request's ndm_flags
+NETLINK_ROUTE = 0
+RTM_GETLINK, RTM_GETNEIGH = 18, 30
+
+
+def rtnl_socket(nspath: Optional[str]):
+    """A NETLINK_ROUTE socket of the namespace at ``nspath`` (None: this
+    process's), bound, for ``dump_proxies`` / ``get_link``."""
+    from .oracle import _in_netns
+    if nspath is not None:
+        with _in_netns(nspath):
+            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                              NETLINK_ROUTE)
+    else:
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+    try:
+        s.bind((0, 0))
+        s.settimeout(5)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _rtnl_request(sock, typ: int, flags: int, body: bytes) -> list:
+    """Send one rtnetlink request; -> the answers' raw messages (header
+    included) up to NLMSG_DONE or the ACK; OSError for an error answer."""
+    seq = next(_seq)
+    sock.send(struct.pack("=IHHII", 16 + len(body), typ, NLM_F_REQUEST | flags, seq, 0) + body)
+    out = []
+    while True:
+        data = sock.recv(1 << 20)
+        off = 0
+        while off + 16 <= len(data):
+            ln, mtyp, _fl, mseq, _pid = struct.unpack_from("=IHHII", data, off)
+            if ln < 16:
+                break
+            here, off = off, off + ((ln + 3) & ~3)
+            if mseq != seq:
+                continue
+            if mtyp == NLMSG_ERROR:
+                err = struct.unpack_from("=i", data, here + 16)[0]
+                if err:
+                    raise OSError(-err, os.strerror(-err))
+                return out
+            if mtyp == NLMSG_DONE:
+                return out
+            out.append(bytes(data[here:here + ln]))
+
+
+def dump_proxies(sock) -> list:
+    """The proxy entries (``ip neigh show proxy``: pneigh_dump_table, asked
+    for with ndm_flags == NTF_PROXY) of both families, as pyroute2 ndmsg."""
+    from pyroute2.netlink.rtnl.ndmsg import ndmsg
+    out = []
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        body = struct.pack("=BBHiHBB", fam, 0, 0, 0, 0, NTF_PROXY, 0)
+        for raw in _rtnl_request(sock, RTM_GETNEIGH, NLM_F_DUMP, body):
+            m = ndmsg(raw)
+            m.decode()
+            if m["flags"] & NTF_PROXY:
+                out.append(m)
+    return out
+
+
+def get_link(sock, index: int):
+    """The RTM_NEWLINK of one device (pyroute2 ifinfmsg), None when it is gone."""
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    body = struct.pack("=BBHiII", 0, 0, 0, index, 0, 0)
+    try:
+        msgs = _rtnl_request(sock, RTM_GETLINK, NLM_F_ACK, body)
+    except OSError as e:
+        if e.errno == errno.ENODEV:
+            return None
+        raise
+    for raw in msgs:
+        m = ifinfmsg(raw)
+        m.decode()
+        return m
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -745,6 +873,7 @@ class Snapshot:
     routes: list = field(default_factory=list)
     rules: list = field(default_factory=list)
     neighbours: list = field(default_factory=list)
+    proxies: list = field(default_factory=list)       # pneigh entries (NTF_PROXY)
     sysctls: dict = field(default_factory=dict)
     tunsrc: Optional[ipaddress.IPv6Address] = None
     hmac_keys: dict = field(default_factory=dict)
@@ -764,11 +893,19 @@ def _conf_keys(fam: int) -> list:
     return [k for k in table if k not in NO_EFFECT_SYSCTLS]
 
 
+def _dev_sysctls(dev: str) -> list:
+    """The modelled net.ipv{4,6}.conf.DEV.* and (not for "all", which has
+    none) net.ipv{4,6}.neigh.DEV.* (proxy_delay, proxy_qlen) names."""
+    names = [f"net.ipv{fam}.conf.{dev}.{k}" for fam in (4, 6) for k in _conf_keys(fam)]
+    if dev != "all":
+        names += [f"net.ipv{fam}.neigh.{dev}.{k}" for fam in (4, 6) for k in C._NEIGH]
+    return names
+
+
 def _sysctl_names(ifnames) -> list:
     names = list(C._GLOBALS)
     for dev in ["all", "default", *ifnames]:
-        for fam in (4, 6):
-            names += [f"net.ipv{fam}.conf.{dev}.{k}" for k in _conf_keys(fam)]
+        names += _dev_sysctls(dev)
         names.append(f"net.ipv6.conf.{dev}.disable_ipv6")
     return names
 
@@ -780,7 +917,7 @@ def _read_sysctls(nspath: Optional[str], ifnames) -> dict:
     with (_in_netns(nspath) if nspath else nullcontext()):
         for name in _sysctl_names(ifnames):
             parts = name.split(".")
-            if parts[2] == "conf":
+            if parts[2] in ("conf", "neigh"):
                 path = os.path.join("/proc/sys", *parts[:3], ".".join(parts[3:-1]), parts[-1])
             else:
                 path = os.path.join("/proc/sys", *parts)
@@ -795,7 +932,7 @@ def _read_sysctls(nspath: Optional[str], ifnames) -> dict:
 
 def read_snapshot(netns: Optional[str] = None) -> Snapshot:
     """Dump links, addresses, routes (every table), rules, neighbours of the
-    namespace with pyroute2, and its SEG6 settings and sysctls."""
+    namespace with pyroute2, its proxy entries, SEG6 settings and sysctls."""
     path = netns_path(netns)
     try:
         from pyroute2 import IPRoute
@@ -813,6 +950,11 @@ def read_snapshot(netns: Optional[str] = None) -> Snapshot:
             snap.routes += list(ipr.route("dump", family=fam))
             snap.rules += list(ipr.get_rules(family=fam))
             snap.neighbours += list(ipr.get_neighbours(family=fam))
+        sock = rtnl_socket(path)
+        try:
+            snap.proxies = dump_proxies(sock)
+        finally:
+            sock.close()
     except Exception as e:
         raise KernelImportError(f"reading {netns or 'this namespace'} over rtnetlink: {e}") from e
     finally:
@@ -887,26 +1029,29 @@ def state_from_snapshot(snap: Snapshot, hmac_keys: Optional[dict] = None) -> tup
                 raise NotSupported(f"sysctl {n}", f"value {v!r}") from None
             if iv != have:
                 parts = n.split(".")
-                dev = ".".join(parts[3:-1]) if parts[2] == "conf" else ""
-                name = (f"net/{parts[1]}/conf/{dev}/{parts[-1]}" if "." in dev else n)
+                dev = ".".join(parts[3:-1]) if parts[2] in ("conf", "neigh") else ""
+                name = (f"net/{parts[1]}/{parts[2]}/{dev}/{parts[-1]}" if "." in dev else n)
                 out.append(f"sysctl -w {C._q(f'{name}={iv}')}")
         return out
 
     lines += sysctl_lines(list(C._GLOBALS), fresh)
     for scope in ("all", "default"):
         staged = _apply(lines, " (sysctls)")
-        names = [f"net.ipv{fam}.conf.{scope}.{k}" for fam in (4, 6) for k in _conf_keys(fam)]
-        lines += sysctl_lines(names, staged)
+        lines += sysctl_lines(_dev_sysctls(scope), staged)
     for dev in ifnames.values():
         if sy.get(f"net.ipv6.conf.{dev}.disable_ipv6", "0") not in ("0",):
             raise NotSupported(f"link {dev}", f"IPv6 disabled (net.ipv6.conf.{dev}.disable_ipv6)")
     # links, in ifindex order
     for idx in sorted(links):
         lines += link_lines(links[idx], links)
+        L = _link_info(links[idx])
+        if L["kind"] == "veth" and veth_peer_elsewhere(L, links):
+            notes.append(f"link {L['name']}: a veth whose peer is in another namespace "
+                         f"(link-netnsid {L['netnsid']}): an interface, as a NIC is "
+                         "(python -m fastpath.run --netns NS attaches to it)")
     staged = _apply(lines, " (links)")
     for dev in ifnames.values():
-        names = [f"net.ipv{fam}.conf.{dev}.{k}" for fam in (4, 6) for k in _conf_keys(fam)]
-        lines += sysctl_lines(names, staged)
+        lines += sysctl_lines(_dev_sysctls(dev), staged)
     # addresses, per device
     by_dev: dict = {}
     for m in snap.addrs:
@@ -932,6 +1077,8 @@ def state_from_snapshot(snap: Snapshot, hmac_keys: Optional[dict] = None) -> tup
                          f"(state {st:#x}) left out: not configuration")
         else:
             lines.append(ln)
+    for m in snap.proxies:
+        lines.append(neigh_line(m, ifnames, links))
     # SRv6
     if snap.tunsrc is not None:
         lines.append(f"ip sr tunsrc set {snap.tunsrc}")
@@ -1007,7 +1154,8 @@ def state_from_snapshot(snap: Snapshot, hmac_keys: Optional[dict] = None) -> tup
 def canonical(state: State) -> State:
     """A copy of ``state`` in the order an import writes: per interface IPv4
     addresses before IPv6 ones, IPv4 primaries before secondaries (each in
-    the order given), routes by (family, table, prefix, metric).  Two
+    the order given), routes by (family, table, prefix, metric), neighbours
+    and proxy entries by (device, family, address).  Two
     configurations that differ only in what the kernel does not keep compare
     equal (and dump equal) once canonical."""
     s = state.copy()
@@ -1022,6 +1170,8 @@ def canonical(state: State) -> State:
     idx = {n: i.ifindex for n, i in s.interfaces.items()}
     s.neighbours = dict(sorted(s.neighbours.items(),
                                key=lambda kv: (idx.get(kv[0][0], 0), kv[0][1].version, int(kv[0][1]))))
+    s.proxies = dict(sorted(s.proxies.items(),
+                            key=lambda kv: (idx.get(kv[0][0], 0), kv[0][1].version, int(kv[0][1]))))
     return s
 
 
