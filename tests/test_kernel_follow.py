@@ -452,6 +452,174 @@ def test_cli_import_follow_exits_0_on_sigterm():
     assert err == "" and "Traceback" not in err
 
 
+# ---------------------------------------------------------------------------
+# issue 47: what the SRv6 selftest labs change live: veths whose peer is
+# another namespace's, l3mdev rules, proxy entries
+try:
+    from .test_kernel_import import VRF_MROUTE, _namespaces, _need_vrf, _sh, _without  # noqa: E402
+except ImportError:  # pragma: no cover - tests/ as a plain directory on sys.path
+    from test_kernel_import import VRF_MROUTE, _namespaces, _need_vrf, _sh, _without  # noqa: E402
+
+
+@pytest.mark.kernel
+def test_veths_with_their_peer_elsewhere_are_followed():
+    """The three ways a lab puts a veth's ends in two namespaces; each end
+    in the followed namespace becomes an interface (a NIC) at once, and
+    what goes through it is followed, with no resync."""
+    with ko.KernelOracle(ifaces=("tun0",)) as k, _namespaces("hs") as ns:
+        rt, hs = k.netns, ns["hs"]
+        r = Router()
+        applied = []
+        with r.follow_kernel(rt, on_apply=applied.extend) as f:
+            assert f.sync()
+            # 1. made in both at once: the router's end announced with its peer tied
+            _sh("ip", "link", "add", "veth-t100", "netns", rt, "type", "veth", "peer", "name",
+                "veth0", "netns", hs)
+            _same_as_import(f, r, rt, "veth-t100")
+            # 2. the router's end is the peer the kernel registers first, announced
+            # before the pair is tied (and never again): the follower asks
+            _sh("ip", "-n", hs, "link", "add", "veth1", "type", "veth", "peer", "name",
+                "veth-t200", "netns", rt)
+            _same_as_import(f, r, rt, "veth-t200")
+            # 3. the selftests' way: made in the host, one end moved to the router
+            _sh("ip", "-n", hs, "link", "add", "veth2", "type", "veth", "peer", "name", "veth-t300")
+            _sh("ip", "-n", hs, "link", "set", "veth-t300", "netns", rt)
+            _same_as_import(f, r, rt, "veth-t300")
+            for n, dev in enumerate(("veth-t100", "veth-t200", "veth-t300"), 1):
+                k.configure(f"ip link set dev {dev} up\nip addr add 10.0.{n}.254/24 dev {dev}\n"
+                            f"ip -6 addr add cafe:{n}::254/64 dev {dev}\n"
+                            f"ip route add 10.9.{n}.0/24 via 10.0.{n}.1 dev {dev}")
+                _same_as_import(f, r, rt, f"addresses and a route on {dev}")
+            # and a pair with both ends here is still a veth pair
+            k.configure("ip link add va type veth peer name vb")
+            _same_as_import(f, r, rt, "a veth pair inside")
+            assert r.state.interfaces["va"].kind == "veth"
+            st = f.stats
+            assert st.resyncs == 0 and st.errors == 0 and not f.diverged, list(f.events)
+    for dev in ("veth-t100", "veth-t200", "veth-t300"):
+        assert f"ip link set dev {dev} up" in applied, applied
+        assert r.state.interfaces[dev].kind is None
+    assert not any("type veth peer name veth-t" in ln for ln in applied)
+
+
+@pytest.mark.kernel
+def test_proxy_entries_are_followed():
+    """The kernel sends no notification for proxy entries: the follower
+    dumps them at every sync() and, while idle, every PROXY_POLL_S seconds,
+    and applies the difference (no resync)."""
+    with ko.KernelOracle(ifaces=("tun0", "tun1")) as k:
+        k.configure("ip addr add 10.0.0.254/24 dev tun0\nip -6 addr add cafe::254/64 dev tun0\n"
+                    "ip neigh add proxy 10.0.0.7 dev tun0")
+        r = Router()
+        applied = []
+        with r.follow_kernel(k.netns, on_apply=applied.extend) as f:
+            assert r.state.proxies == {("tun0", ipaddress.ip_address("10.0.0.7")): False}
+            steps = ["ip neigh add proxy 10.0.0.2 dev tun0",
+                     "ip -6 neigh add proxy cafe::2 dev tun0\nip -6 neigh add proxy cafe::3 dev tun1 router",
+                     "ip -6 neigh replace proxy cafe::3 dev tun1",          # NTF_ROUTER cleared
+                     "ip neigh del proxy 10.0.0.7 dev tun0"]
+            for cmds in steps:
+                k.configure(cmds)
+                _same_as_import(f, r, k.netns, cmds)
+            # without a sync: the periodic dump
+            f.PROXY_POLL_S = 0.2
+            k.configure("ip -6 neigh del proxy cafe::2 dev tun0")
+            key = ("tun0", ipaddress.ip_address("cafe::2"))
+            end = time.monotonic() + 10
+            while key in r.state.proxies and time.monotonic() < end:
+                time.sleep(0.05)
+            assert key not in r.state.proxies
+            _same_as_import(f, r, k.netns, "the periodic dump")
+            assert f.stats.resyncs == 0 and f.stats.errors == 0 and not f.diverged, list(f.events)
+            assert r.state.proxies == {("tun0", ipaddress.ip_address("10.0.0.2")): False,
+                                       ("tun1", ipaddress.ip_address("cafe::3")): False}
+    assert "ip -4 neigh add proxy 10.0.0.2 dev tun0" in applied
+    assert "ip -6 neigh add proxy cafe::3 dev tun1 router" in applied
+    assert "ip -6 neigh add proxy cafe::3 dev tun1" in applied
+    assert "ip -4 neigh del proxy 10.0.0.7 dev tun0" in applied
+    assert "ip -6 neigh del proxy cafe::2 dev tun0" in applied
+
+
+@pytest.mark.kernel
+def test_proxy_notification_is_applied():
+    """Should a kernel announce a proxy entry (RTM_NEWNEIGH with NTF_PROXY),
+    it is applied as one (the next dump then says what the kernel holds)."""
+    from pyroute2.netlink.rtnl.ndmsg import ndmsg
+    with ko.KernelOracle(ifaces=("tun0",)) as k:
+        r = Router()
+        with r.follow_kernel(k.netns) as f:
+            assert f.sync()
+            m = ndmsg()
+            m["header"]["type"] = 28
+            m["family"], m["ifindex"], m["flags"] = 2, r.state.interfaces["tun0"].ifindex, \
+                nl.NTF_PROXY | nl.NTF_ROUTER
+            m["attrs"] = [("NDA_DST", "10.0.0.9")]
+            m.encode()
+            with f.lock:
+                f._apply_burst([(28, 0, bytes(m.data))])
+                assert r.state.proxies == {("tun0", ipaddress.ip_address("10.0.0.9")): True}
+            _same_as_import(f, r, k.netns, "the dump after the notification")
+            assert r.state.proxies == {}
+
+
+@pytest.mark.kernel
+def test_l3mdev_rules_are_followed():
+    with ko.KernelOracle(ifaces=("tun0",)) as k:
+        r = Router()
+        applied = []
+        with r.follow_kernel(k.netns, on_apply=applied.extend) as f:
+            try:
+                k.configure("ip rule add pref 500 l3mdev\nip -6 rule add pref 600 l3mdev")
+            except ko.KernelConfigError as e:
+                pytest.skip(f"kernel refused: {e.stderr.strip()}")
+            _same_as_import(f, r, k.netns, "l3mdev rules added")
+            assert [x.pref for x in r.state.rules[4] if x.l3mdev] == [500]
+            k.configure("ip rule del pref 500 l3mdev")
+            _same_as_import(f, r, k.netns, "l3mdev rule deleted")
+            assert f.stats.resyncs == 0 and not f.diverged, list(f.events)
+    assert applied == ["ip -4 rule add pref 500 l3mdev", "ip -6 rule add pref 600 l3mdev",
+                       "ip -4 rule del pref 500 l3mdev"]
+
+
+@pytest.mark.kernel
+@pytest.mark.kernel_vrf
+def test_vrf_and_its_l3mdev_rules_are_followed():
+    """A VRF made while following: the kernel's 'pref 1000 l3mdev' rules
+    (announced before the VRF itself) are applied, not refused; a device
+    enslaved, its routes in the VRF's table, the VRF down and up."""
+    _need_vrf()
+    with ko.KernelOracle(ifaces=("tun0", "tun1")) as k, _namespaces("hs") as ns:
+        r = Router()
+        with r.follow_kernel(k.netns) as f:
+            assert f.sync()
+            _sh("ip", "link", "add", "veth-t100", "netns", k.netns, "type", "veth", "peer", "name",
+                "veth0", "netns", ns["hs"])
+            for cmds in ("ip link add vrf-100 type vrf table 100",
+                         "ip link set dev vrf-100 up",
+                         "ip link set dev veth-t100 master vrf-100\nip link set dev veth-t100 up",
+                         "ip addr add 10.0.0.254/24 dev veth-t100\n"
+                         "ip -6 addr add cafe::254/64 dev veth-t100",
+                         "ip link set dev tun1 master vrf-100\nip addr add 10.0.1.1/24 dev tun1",
+                         "ip route add 10.9.0.0/16 via 10.0.0.1 dev veth-t100 table 100",
+                         "ip -6 route add unreachable default metric 4278198272 table 100",
+                         "ip -6 neigh add proxy cafe::2 dev veth-t100",
+                         "ip link set dev tun1 nomaster",
+                         "ip link set dev vrf-100 down",
+                         "ip link set dev vrf-100 up"):
+                k.configure(cmds)
+                # (but for the VRF table's ff00::/8: see VRF_MROUTE)
+                assert f.sync(30), cmds
+                got = _without(nl.canonical(r.state), VRF_MROUTE)
+                want = _without(_fresh(k.netns), VRF_MROUTE)
+                assert got.dump().splitlines() == want.dump().splitlines(), cmds
+                assert got == want, cmds
+            for fam in (4, 6):
+                assert [(x.pref, x.table) for x in r.state.rules[fam] if x.l3mdev] == [(1000, 0)]
+            assert r.state.interfaces["veth-t100"].master == "vrf-100"
+            assert not f.diverged, f.unsupported
+            assert not any("not supported" in e for e in f.events), list(f.events)
+
+
 def test_no_namespace_left_behind():
     mine = [n for n in os.listdir(ko.NETNS_RUN_DIR) if n.startswith(f"fp-{os.getpid()}-")] \
         if os.path.isdir(ko.NETNS_RUN_DIR) else []

@@ -63,6 +63,24 @@ re-imports (the kernel drops its IPv4 routes without a message).  A resync that 
 (the kernel holds something unsupported) keeps the last configuration,
 counts an error, stays diverged and is retried every 5 s until one succeeds.
 
+Proxy entries (``ip neigh add proxy``): the kernel sends no notification
+for them (neigh_add / neigh_delete with NTF_PROXY change the pneigh table
+silently), so the follower dumps them (``netlink.dump_proxies``, over a
+second rtnetlink socket of the namespace) at every ``sync()`` and, while
+no message waits, every ``PROXY_POLL_S`` (1) seconds, and applies the
+difference (``ip neigh add|del proxy``); an RTM_NEWNEIGH/RTM_DELNEIGH with
+NTF_PROXY, should a kernel send one, is applied as it comes.
+
+Links.  A veth whose peer is in another namespace (the namespaces of a lab)
+is an interface, as import writes it (a NIC).  The kernel announces the
+end it registers first before it ties the pair, and never again: such a
+veth waits for its peer's RTM_NEWLINK (a pair inside the namespace), and
+before anything else of the burst (and at its end) the follower asks the
+kernel (RTM_GETLINK) whether its peer is elsewhere.  A device enslaved to a
+VRF or released (IFLA_MASTER) is ``ip link set dev X master V|nomaster``.
+The kernel's ``pref 1000 l3mdev`` rules, announced before the first VRF,
+are ``ip rule add pref 1000 l3mdev`` lines (the VRF line then adds none).
+
 Not followed (the kernel sends no rtnetlink notification for them): sysctls,
 ``ip sr tunsrc`` and the HMAC keys.  They are read at the initial import and
 at every resync (``resync()`` forces one).
@@ -109,6 +127,7 @@ RTM_NEWROUTE, RTM_DELROUTE = 24, 25
 RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
 RTM_NEWRULE, RTM_DELRULE = 32, 33
 NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN = 2, 3, 4
+RTNL_FAMILY_IPMR, RTNL_FAMILY_IP6MR = 128, 129
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE, NLM_F_APPEND = 0x100, 0x200, 0x400, 0x800
 NETLINK_ROUTE = 0
 SOL_NETLINK = 270
@@ -226,6 +245,9 @@ class KernelFollower:
         self._retry_at = None                # a failed resync: when to try again
         self._retry_reason = None
         self._veth_wait: dict = {}
+        self._qsock = None                   # rtnetlink requests: proxy dumps, one link
+        self._proxy_at = 0.0                 # when the proxy entries are dumped next
+        self._proxy_bad: set = set()         # proxy entries left out at the last dump
         self.recv_hook = None                # tests: called before each recv (may raise OSError)
         if start:
             self.start()
@@ -257,6 +279,7 @@ class KernelFollower:
         path = nl.netns_path(self.netns)           # KernelImportError when it does not exist
         try:
             self._open_socket(path)
+            self._qsock = nl.rtnl_socket(path)
             self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             self._resync("initial import", initial=True)
         except BaseException:
@@ -311,9 +334,10 @@ class KernelFollower:
         self._close()
 
     def _close(self):
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for s in (self._sock, self._qsock):
+            if s is not None:
+                s.close()
+        self._sock = self._qsock = None
         for fd in (self._wake_r, self._wake_w):
             if fd is not None:
                 try:
@@ -450,8 +474,9 @@ class KernelFollower:
             items = []
             with self._cv:
                 while not self._inbox and not self._stop.is_set() and not self._reader_done \
-                        and self._force_resync is None and not self._retry_due():
-                    self._cv.wait(1.0)
+                        and self._force_resync is None and not self._retry_due() \
+                        and not self._proxy_due():
+                    self._cv.wait(max(0.01, min(1.0, self._proxy_at - time.monotonic())))
                 if self._stop.is_set() or (self._reader_done and not self._inbox):
                     break
                 n = 0
@@ -472,9 +497,13 @@ class KernelFollower:
                     reason, self._force_resync = self._force_resync, None
                     self._resync(reason)
                 if not items:
+                    if self._proxy_due():
+                        self._poll_proxies()
                     continue
                 head = items[0][0]
                 if head is _SYNC:
+                    # what the kernel did before the sync: proxy entries too
+                    self._poll_proxies()
                     with self._cv:
                         if items[0][1] > self._sync_done:
                             self._sync_done = items[0][1]
@@ -487,6 +516,8 @@ class KernelFollower:
                     self._resync("netlink overrun (ENOBUFS)")
                     continue
                 self._apply_items(items)
+                if self._proxy_due() and not self._inbox:
+                    self._poll_proxies()
             except Exception as e:      # never die silently: report, resync (retried)
                 self.stats.errors += 1
                 self._event(f"error: {type(e).__name__}: {e}", logging.ERROR)
@@ -568,6 +599,7 @@ class KernelFollower:
         self._links = {m["index"]: m for m in snap.links}
         self._ifnames = {i: m.get_attr("IFLA_IFNAME") for i, m in self._links.items()}
         self._veth_wait = {}
+        self._proxy_bad = set()
         self._replace(state)
         self.unsupported.clear()
         if initial:
@@ -624,6 +656,10 @@ class KernelFollower:
                 if typ == NLMSG_OVERRUN:
                     raise _Resync("NLMSG_OVERRUN")
                 continue
+            if self._veth_wait and kind != "link" and not b.veths_checked:
+                b.flush()
+                self._resolve_veths()
+                b.veths_checked = True
             try:
                 if kind in ("link", "addr"):
                     b.flush()
@@ -645,13 +681,61 @@ class KernelFollower:
                     else:
                         self.stats.skipped += 1
                     continue
-                if self.unsupported.get(e.obj) == str(e):
-                    self.stats.skipped += 1          # the same again (a link's state change)
-                    continue
-                self.stats.unsupported += 1
-                self.unsupported[e.obj] = str(e)
-                self._event(f"{e} (left out; the follower is diverged)", logging.WARNING)
+                self._left_out(e)
+            if kind == "link":
+                b.veths_checked = False
         b.flush()
+        if self._veth_wait:
+            self._resolve_veths()
+
+    def _left_out(self, e):
+        """An object fastpath does not model, announced: reported once, kept
+        in ``unsupported`` until it goes."""
+        if self.unsupported.get(e.obj) == str(e):
+            self.stats.skipped += 1          # the same again (a link's state change)
+            return
+        self.stats.unsupported += 1
+        self.unsupported[e.obj] = str(e)
+        self._event(f"{e} (left out; the follower is diverged)", logging.WARNING)
+
+    # proxy entries: the kernel announces none (neigh_add / neigh_delete with
+    # NTF_PROXY change the pneigh table without a notification): polled
+    PROXY_POLL_S = 1.0
+
+    def _proxy_due(self) -> bool:
+        return time.monotonic() >= self._proxy_at
+
+    def _poll_proxies(self):
+        """Dump the proxy entries and apply the difference from the target's
+        (``ip neigh add|del proxy``); at every sync() and, while nothing else
+        arrives, every PROXY_POLL_S seconds.  An entry on a device fastpath
+        does not model is reported as left out until it goes."""
+        self._proxy_at = time.monotonic() + self.PROXY_POLL_S
+        msgs = nl.dump_proxies(self._qsock)
+        with self.lock:
+            st = self._state()
+            want, bad = {}, {}
+            for m in msgs:
+                try:
+                    line = nl.neigh_line(m, self._ifnames, self._links)
+                except nl.NotSupported as e:
+                    bad[e.obj] = e
+                    continue
+                key = (self._ifnames[m["ifindex"]], ipaddress.ip_address(m.get_attr("NDA_DST")))
+                want[key] = (bool(m["flags"] & nl.NTF_ROUTER), line)
+            lines = [f"ip -{a.version} neigh del proxy {a} dev {C._q(dev)}"
+                     for (dev, a) in st.proxies if (dev, a) not in want]
+            lines += [line for key, (router, line) in want.items() if st.proxies.get(key) != router]
+            for obj in [o for o in self._proxy_bad if o not in bad]:
+                if self.unsupported.pop(obj, None) is not None:
+                    self._event(f"gone from the kernel: {obj} (was not supported)")
+            for e in bad.values():
+                self._left_out(e)
+            self._proxy_bad = set(bad)
+            try:
+                self._configure(lines)
+            except _Resync as e:
+                self._resync(e.reason)
 
     # links and addresses: applied one by one (they change the automatic routes)
     def _link(self, typ, msg):
@@ -677,12 +761,14 @@ class KernelFollower:
             # a device new to fastpath is named (for the routes, addresses
             # through it) only once it is created: one fastpath does not
             # model stays unknown, and what goes through it is reported too
-            if L["kind"] == "veth":
+            if L["kind"] == "veth" and L["netnsid"] is None:
                 self._links[idx] = msg
                 # the first end is announced before its peer exists: the pair
                 # is created when the second end's RTM_NEWLINK names the first
+                # (or, its peer being another namespace's after all, when
+                # _resolve_veths asks the kernel)
                 peer = self._links.get(L["link"]) if L["link"] else None
-                if peer is None or peer is msg or L["netnsid"] is not None:
+                if peer is None or peer is msg:
                     self._veth_wait[idx] = msg
                     return
                 P = nl._link_info(peer)
@@ -694,6 +780,8 @@ class KernelFollower:
                 self._ifnames[idx] = name
                 self._ifnames[P["index"]] = P["name"]
                 return
+            # (a veth whose peer is in another namespace: a NIC, link_lines)
+            self._veth_wait.pop(idx, None)
             lines = nl.link_lines(msg, {**self._links, idx: msg})
             self._links[idx] = msg
             self._ifnames[idx] = name
@@ -701,17 +789,48 @@ class KernelFollower:
             return
         self._links[idx] = msg
         self._ifnames[idx] = name
-        lines = nl.link_lines(msg, self._links)
-        setting = lines[-1]
+        nl.link_lines(msg, self._links)           # NotSupported for what it cannot hold
+        setting = _settings_line(L)
         mac = C._parse_mac(L["mac"]) if L["mac"] and name != "lo" else None
         want_mac = mac if mac is not None and any(mac) and not mac[0] & 1 else itf.mac
-        if itf.up == L["up"] and itf.mtu == L["mtu"] and itf.mac == want_mac:
+        lines = []
+        if not (itf.up == L["up"] and itf.mtu == L["mtu"] and itf.mac == want_mac):
+            lines.append(setting)
+        # IFLA_MASTER: enslaved to a VRF or released (link_lines refused any
+        # other master)
+        master = self._ifnames.get(L["master"]) if L["master"] else None
+        if itf.master != master:
+            lines.append(f"ip link set dev {C._q(name)} "
+                         + (f"master {C._q(master)}" if master else "nomaster"))
+        if not lines:
             self.stats.skipped += 1
             return
         going_down = itf.up and not L["up"]
-        self._configure([setting])
+        self._configure(lines)
         if going_down:
             self._configure(self._flush_v4_down(name))
+
+    def _resolve_veths(self):
+        """The veths announced without a peer (``_veth_wait``): the first end
+        of a pair (its peer's RTM_NEWLINK follows) or, created with ``ip link
+        add A netns X type veth peer name B netns Y``, the end the kernel
+        registered before it tied the pair (no RTM_NEWLINK says later that
+        its peer is another namespace's).  Asked for now: one whose peer is
+        elsewhere is an interface (a NIC, as import writes it)."""
+        for idx in list(self._veth_wait):
+            msg = nl.get_link(self._qsock, idx)
+            if msg is None:                     # gone (its RTM_DELLINK follows)
+                continue
+            L = nl._link_info(msg)
+            if L["kind"] != "veth" or L["netnsid"] is None:
+                continue                        # its peer is here: its RTM_NEWLINK comes
+            self._veth_wait.pop(idx, None)
+            if L["name"] in self._state().interfaces:
+                continue
+            try:
+                self._link(RTM_NEWLINK, msg)
+            except nl.NotSupported as e:
+                self._left_out(e)
 
     def _flush_v4_down(self, dev, force: bool = False) -> list:
         """fib_sync_down_dev + fib_flush: the IPv4 routes whose nexthops are
@@ -802,12 +921,14 @@ class _Burst:
         self.lines: list = []
         self.routes: dict = {}          # key -> Route or None (deleted), this burst
         self.neighs: dict = {}
+        self.proxies: dict = {}
         self.rules = None
+        self.veths_checked = False
 
     def flush(self):
         if self.lines:
             lines, self.lines = self.lines, []
-            self.routes, self.neighs, self.rules = {}, {}, None
+            self.routes, self.neighs, self.proxies, self.rules = {}, {}, {}, None
             self.f._configure(lines)
 
     def _route_now(self, st, k):
@@ -886,6 +1007,12 @@ class _Burst:
 
     def rule(self, typ, raw):
         f = self.f
+        if raw[16] in (RTNL_FAMILY_IPMR, RTNL_FAMILY_IP6MR):
+            # the multicast routing tables' rules (a VRF adds l3mdev ones for
+            # them too) come on the same groups; import reads IPv4 and IPv6
+            # rules only, and fastpath has no multicast routing
+            f.stats.skipped += 1
+            return
         st = f._state()
         r = nl.rule_from_msg(raw, f._ifnames)
         have = self._rules(st, r.family)
@@ -902,8 +1029,40 @@ class _Burst:
         have.remove(r)
         self.lines.append(C._rule_line(r, "del"))
 
+    def proxy(self, typ, msg):
+        """An RTM_NEWNEIGH / RTM_DELNEIGH of a proxy entry (NTF_PROXY).  The
+        kernels seen (6.12, 6.18) send none (the follower polls them); one
+        that does is followed here."""
+        f = self.f
+        dst = msg.get_attr("NDA_DST")
+        dev = f._ifnames.get(msg["ifindex"])
+        if typ == RTM_NEWNEIGH:
+            line = nl.neigh_line(msg, f._ifnames, f._links)     # NotSupported: unknown device
+        elif dev is None or dst is None:
+            f.unsupported.pop(f"proxy neighbour {dst} dev ifindex {msg['ifindex']}", None)
+            f.stats.skipped += 1
+            return
+        a = ipaddress.ip_address(dst)
+        key = (dev, a)
+        cur = self.proxies[key] if key in self.proxies else f._state().proxies.get(key)
+        if typ == RTM_NEWNEIGH:
+            router = bool(msg["flags"] & nl.NTF_ROUTER)
+            if cur == router:
+                f.stats.skipped += 1
+                return
+            self.lines.append(line)
+            self.proxies[key] = router
+            return
+        if cur is None:
+            f.stats.skipped += 1
+            return
+        self.lines.append(f"ip -{a.version} neigh del proxy {a} dev {C._q(dev)}")
+        self.proxies[key] = None
+
     def neigh(self, typ, msg):
         f = self.f
+        if msg["flags"] & nl.NTF_PROXY:
+            return self.proxy(typ, msg)
         st = f._state()
         fam = {2: 4, 10: 6}.get(msg["family"])
         dev = f._ifnames.get(msg["ifindex"])
