@@ -14,8 +14,8 @@
         when all agree, 1 when some differ, 2 when it cannot run
 
     python -m fastpath.kernel verify --vm [--kernel IMAGE] ...
-        the same, with the kernel side in a VM (below): for a host kernel
-        without seg6 lwtunnels or VRF
+        the same, the kernel side in a VM (below), fastpath here: for a host
+        kernel without seg6 lwtunnels or VRF
 
     python -m fastpath.kernel vm [--kernel IMAGE] [--cpus N] [--memory M]
                                  [--rwdir DIR] [--kvm] -- CMD ...
@@ -179,29 +179,8 @@ def cmd_vm(args) -> int:
     return _in_vm(args, cmd, args.rwdir or ())
 
 
-def _verify_in_vm(args, argv) -> int:
-    """verify --vm: the same verify, run as a whole in the VM (its kernel
-    answers; the configuration and capture are the host's files)."""
-    inner, skip = [], 0
-    for a in argv:
-        if skip:
-            skip -= 1
-            continue
-        if a in ("--vm", "--kvm"):
-            continue
-        if a in ("--kernel", "--cpus", "--memory"):
-            skip = 1
-            continue
-        if a.split("=", 1)[0] in ("--kernel", "--cpus", "--memory"):
-            continue
-        inner.append(a)
-    return _in_vm(args, [sys.executable, "-m", "fastpath.kernel"] + inner)
-
-
 def cmd_verify(args) -> int:
     from .verify import VerifyError, parse_hex, read_packets, verify
-    if args.vm:
-        return _verify_in_vm(args, args.argv)
     global _MAIN_PID
     # killed with SIGTERM, verify unwinds as on an interrupt: its namespace goes
     _MAIN_PID = os.getpid()
@@ -236,7 +215,16 @@ def cmd_verify(args) -> int:
                 packets = packets[:args.limit]
         if not packets:
             raise VerifyError("no packets to send")
-        report = verify(config, packets, args.iif, wait=args.wait, notes=notes)
+        if args.vm:
+            from . import remote
+            from .vm import VMError
+            try:
+                remote._shared = remote.RemoteKernel(kernel=args.kernel, cpus=args.cpus,
+                                                     memory=args.memory, kvm=args.kvm)
+            except VMError as e:
+                raise VerifyError(e) from None
+            notes.append(f"the kernel: Linux {remote._shared.release} in a VM")
+        report = verify(config, packets, args.iif, wait=args.wait, notes=notes, vm=args.vm)
     except VerifyError as e:
         return _fail(e)
     print(report.format())
@@ -298,12 +286,10 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=30, metavar="S", help="lag samples (default 30)")
     p.add_argument("--json", metavar="PATH", help="also write the JSON here")
     p.set_defaults(func=cmd_bench_follow)
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    args.argv = argv
     if getattr(args, "limit", None) is not None and args.limit < 1:
         return _fail("--limit must be at least 1")
     try:

@@ -308,15 +308,20 @@ def kernel_text(config: str) -> tuple:
 
 
 def verify(config: str, packets, iif=None, *, wait: float = 0.01,
-           fastpath_config: Optional[str] = None, notes=()) -> Report:
+           fastpath_config: Optional[str] = None, notes=(), vm: bool = False) -> Report:
     """Run ``packets`` (raw L3 bytes) through the kernel and fastpath; see the
     module doc.  ``iif``: the interface they arrive on (default: the
     configuration's first), or a list of one per packet.  ``fastpath_config`` (for testing verify itself) configures
-    the fastpath side with other text than the kernel's.  Raises VerifyError
-    when it cannot run."""
+    the fastpath side with other text than the kernel's.  ``vm``: the kernel
+    side runs in a VM whose Linux has seg6 and VRF (``fastpath.kernel.remote``),
+    the rest here.  Raises VerifyError when it cannot run."""
     from .. import Batch, Router
     from .. import _datapath
-    from .oracle import KernelConfigError, KernelOracle, KernelOracleError, oracle_available
+    from .oracle import KernelConfigError, KernelOracleError
+    if vm:
+        from .remote import KernelOracle, oracle_available
+    else:
+        from .oracle import KernelOracle, oracle_available
     try:
         router = Router().configure(config if fastpath_config is None else fastpath_config)
         kstate = Router().configure(config).state if fastpath_config is not None else router.state
@@ -355,6 +360,11 @@ def verify(config: str, packets, iif=None, *, wait: float = 0.01,
             try:
                 k.configure(ktext)
             except KernelConfigError as e:
+                missing = None if vm else _missing_feature(e.line, oracle_available)
+                if missing:
+                    raise VerifyError(f"this kernel has no {missing}, which line {e.lineno} "
+                                      f"needs ({e.line!r}): run verify with --vm (a VM whose "
+                                      "Linux has seg6 and VRF)") from None
                 raise VerifyError(f"the kernel refused the configuration: {e}".replace("\n", "; ")) \
                     from None
             outs = kernel_outputs(k, iifs, packets, wait)
@@ -365,6 +375,19 @@ def verify(config: str, packets, iif=None, *, wait: float = 0.01,
     except OSError as e:
         raise VerifyError(f"kernel namespace: {e}") from None
     return rep
+
+
+def _missing_feature(line: str, available) -> Optional[str]:
+    """The kernel feature a refused configuration line needs that this
+    kernel lacks (None: not that)."""
+    words = line.split()
+    if ("seg6local" in words or "seg6" in words) and not available(seg6=True)[0]:
+        return "seg6 lwtunnels (CONFIG_IPV6_SEG6_LWTUNNEL)"
+    if ("vrf" in words or "vrftable" in words) and not available(seg6=False, vrf=True)[0]:
+        return "VRF devices (CONFIG_NET_VRF)"
+    if "hmac" in words and not available(seg6=True)[0]:
+        return "seg6 HMAC (CONFIG_IPV6_SEG6_HMAC)"
+    return None
 
 
 def _judge(rep: Report, n: int, pkt: bytes, iif: str, res, got: list, flowlabel: bool):
