@@ -27,6 +27,9 @@ except ImportError:
     import kernel_oracle as ko
 
 pyroute2 = pytest.importorskip("pyroute2")
+# namespaces of their own, read over rtnetlink here: the kernel must be this
+# process's (in a VM: python -m fastpath.kernel vm -- python -m pytest -m kernel_netns)
+pytestmark = [pytest.mark.kernel, pytest.mark.kernel_netns]
 
 import fastpath  # noqa: E402
 from fastpath import Router  # noqa: E402
