@@ -11,7 +11,9 @@ Protocol: one request per line on standard input, one answer per line on
 standard output, both JSON; packets are hex.  An answer line starts with
 ``@fp `` so that anything else the guest may print on the same console is
 told apart and ignored.  Requests: ``{"op": ..., ...}``; answers: ``{"ok":
-value}`` or ``{"error": {"type": ..., "message": ..., ...}}``.  The agent
+value}`` or ``{"error": {"type": ..., "message": ..., ...}}``.  ``open``
+takes ``ifaces``, ``sysctls`` and ``taps`` (KernelOracle's arguments of
+those names) and answers the handle, the namespace, ``ifaces`` and ``taps``.  The agent
 ends at end of input, closing every oracle it opened (their namespaces go).
 """
 from __future__ import annotations
@@ -65,12 +67,14 @@ class Agent:
             kw = {}
             if req.get("ifaces") is not None:
                 kw["ifaces"] = tuple(req["ifaces"])
+            if req.get("taps"):
+                kw["taps"] = tuple(req["taps"])
             k = self.o.KernelOracle(sysctls=req.get("sysctls"), **kw)
             k.__enter__()
             h = self.next
             self.next += 1
             self.oracles[h] = k
-            return {"handle": h, "netns": k.netns, "ifaces": list(k.ifaces)}
+            return {"handle": h, "netns": k.netns, "ifaces": list(k.ifaces), "taps": list(k.taps)}
         k = self._get(req["h"])
         if op == "close":
             del self.oracles[req["h"]]

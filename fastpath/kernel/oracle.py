@@ -16,6 +16,19 @@ of them.
         ''')
         out = k.send("tun0", raw_ipv6_bytes)   # [("tun1", b"...")] or []
 
+TAP devices: the names in ``taps`` (each also one of ``ifaces``) are TAP
+devices instead, Ethernet devices (ARPHRD_ETHER, a random MAC address, ARP
+and neighbour discovery, mtu 1500) on which ``send``/``collect`` carry whole
+Ethernet frames, without the preamble and FCS:
+
+    with KernelOracle(ifaces=("tun0", "tap0"), taps=("tap0",)) as k:
+        k.configure("ip -6 route add fc00::2/128 encap seg6local action End.DX2 oif tap0 dev tun0")
+        out = k.send("tun0", srv6_packet_carrying_a_frame)   # [("tap0", frame)]
+
+A TAP device has carrier while its file descriptor is open, which the oracle
+keeps open.  What the kernel sends on it to resolve a neighbour (ARP
+requests, neighbour solicitations) is output like any other, never noise.
+
 Requirements (``oracle_available()`` checks them and gives the reason when
 one is missing): Linux, root, ``ip`` (iproute2) with ``ip netns``,
 ``/dev/net/tun`` usable inside a namespace, and, for SRv6 configurations,
@@ -67,9 +80,15 @@ in the local table.
 Then it opens ``/dev/net/tun`` once per interface from the test's own thread
 temporarily switched into the namespace (``setns(2)`` through ctypes; the
 thread always switches back, in a ``finally``), with ``IFF_TUN | IFF_NO_PI``
-and ``O_NONBLOCK``, and brings ``lo`` and every TUN device up.  A TUN device
-is point-to-point and NOARP: no neighbour discovery, no link-layer header; a
-packet is written and read as a bare IPv4/IPv6 packet.
+and ``O_NONBLOCK`` (``IFF_TAP | IFF_NO_PI`` for the ``taps``), and brings
+``lo`` and every device up.  A TUN device is point-to-point and NOARP: no
+neighbour discovery, no link-layer header; a packet is written and read as a
+bare IPv4/IPv6 packet.  A TAP device's frames are written and read whole
+(Ethernet header included).  The namespace sysctls above keep a TAP device
+as quiet as a TUN device: no link-local address, so no DAD, no router
+solicitation and no MLD report from a link-local source; the MLD reports it
+sends from ``::`` when an IPv6 address (a solicited-node group) or
+forwarding (ff02::2) makes it join a group are noise (below).
 
 ``__exit__`` (also on exceptions, also when ``__enter__`` fails half-way, and
 at interpreter exit for an oracle never closed) closes the TUN fds and
@@ -97,7 +116,10 @@ shell rules via ``shlex``) are skipped; a trailing backslash continues a line.
 * ``ip link add NAME type tun`` and ``ip tuntap add [dev] NAME mode tun``
   for a NAME that is one of the oracle's interfaces are SKIPPED (the device
   already exists, created by the oracle); they are recorded in
-  ``self.skipped``.  For any other name they run (and a kernel without the
+  ``self.skipped``.  So are ``type tap`` / ``mode tap`` lines; for a NAME
+  that is one of the ``taps`` only those are (a TUN line for a TAP device
+  raises ``KernelConfigError``: the config describes another device than
+  the kernel has).  For any other name they run (and a kernel without the
   device type rejects them).
 * ``sysctl [-w] [-q] [-e] name=value ...``: written to /proc/sys inside the
   namespace (dots become slashes, as sysctl(8) does; a name containing ``/``
@@ -118,8 +140,9 @@ device it is exact.  The kernel processes a TUN write synchronously (the
 whole receive/forward/ICMP path runs inside write(2)), so the outputs are
 normally already queued when write returns; ``wait`` only bounds how long we
 wait for stragglers.  A write the TUN driver rejects (EINVAL: the first
-nibble is neither 4 nor 6, or an empty packet) counts as a drop: ``[]``, and
-the errno is kept in ``self.last_write_error``.
+nibble is neither 4 nor 6, or an empty packet; on a TAP device, a frame
+shorter than its 14-byte Ethernet header) counts as a drop: ``[]``, and the
+errno is kept in ``self.last_write_error``.
 
 Noise filter (``is_kernel_noise``): an IPv6 packet is dropped as noise when
 its source is ``::`` or link-local (fe80::/10), its destination is a
@@ -130,7 +153,9 @@ Destination Options headers, it is ICMPv6 of type 133 (router solicitation),
 Nothing else is filtered: no IPv4 packet, no ordinary neighbour solicitation,
 and no forwarded packet (the kernel never forwards from a link-local source
 or to a link-local-scope multicast destination, so forwarded traffic cannot
-match).  ``self.filtered`` counts the packets dropped as noise.
+match).  On a TAP device the same rule applies to the IPv6 packet of an
+untagged frame of EtherType 0x86DD (``is_kernel_noise_frame``); no other
+frame is noise.  ``self.filtered`` counts the packets dropped as noise.
 """
 
 from __future__ import annotations
@@ -158,6 +183,7 @@ __all__ = [
     "KernelOracleError",
     "KernelConfigError",
     "is_kernel_noise",
+    "is_kernel_noise_frame",
     "NAMESPACE_SYSCTLS",
 ]
 
@@ -168,6 +194,7 @@ CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
 TUNSETPERSIST = 0x400454CB
 IFF_TUN = 0x0001
+IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 IFNAMSIZ = 16
 READ_SIZE = 65536
@@ -320,6 +347,20 @@ def is_kernel_noise(pkt: bytes) -> bool:
     return icmp_type == 135 and src == _UNSPECIFIED
 
 
+ETH_HLEN = 14
+ETH_P_IPV6 = 0x86DD
+
+
+def is_kernel_noise_frame(frame: bytes) -> bool:
+    """``is_kernel_noise`` for an Ethernet frame read from a TAP device: an
+    untagged IPv6 frame (EtherType 0x86DD) whose packet, after the 14-byte
+    Ethernet header, is noise.  Nothing else is (ARP, IPv4, VLAN-tagged
+    frames, whatever their content)."""
+    if len(frame) < ETH_HLEN or int.from_bytes(frame[12:14], "big") != ETH_P_IPV6:
+        return False
+    return is_kernel_noise(frame[ETH_HLEN:])
+
+
 # --------------------------------------------------------------------------
 # availability
 
@@ -428,10 +469,11 @@ def _ip_object_index(args: Sequence[str]) -> int:
 
 
 class KernelOracle:
-    """A private network namespace with TUN devices; see the module docstring."""
+    """A private network namespace with TUN (and TAP: ``taps``) devices; see
+    the module docstring."""
 
     def __init__(self, ifaces: Iterable[str] = ("tun0", "tun1", "tun2"), settle: float = 0.0,
-                 *, sysctls: "dict[str, str | int] | None" = None):
+                 *, sysctls: "dict[str, str | int] | None" = None, taps: Iterable[str] = ()):
         self.ifaces: tuple[str, ...] = tuple(ifaces)
         if not self.ifaces:
             raise ValueError("need at least one interface")
@@ -440,6 +482,12 @@ class KernelOracle:
                 raise ValueError(f"bad interface name {name!r}")
         if len(set(self.ifaces)) != len(self.ifaces):
             raise ValueError(f"duplicate interface names in {self.ifaces}")
+        if isinstance(taps, str):
+            taps = (taps,)
+        self.taps: tuple[str, ...] = tuple(n for n in self.ifaces if n in set(taps))
+        unknown = sorted(set(taps) - set(self.ifaces))
+        if unknown:
+            raise ValueError(f"taps {unknown} are not among the interfaces {self.ifaces}")
         self.settle = settle
         merged = dict(NAMESPACE_SYSCTLS)
         merged.update({k: str(v) for k, v in (sysctls or {}).items()})
@@ -526,7 +574,8 @@ class KernelOracle:
         except OSError as e:
             raise KernelOracleError(f"opening /dev/net/tun inside {self.netns}: {e}") from e
         try:
-            ifr = struct.pack(f"{IFNAMSIZ}sH22x", ifname.encode(), IFF_TUN | IFF_NO_PI)
+            mode = IFF_TAP if ifname in self.taps else IFF_TUN
+            ifr = struct.pack(f"{IFNAMSIZ}sH22x", ifname.encode(), mode | IFF_NO_PI)
             fcntl.ioctl(fd, TUNSETIFF, ifr)
         except OSError as e:
             os.close(fd)
@@ -565,7 +614,8 @@ class KernelOracle:
             raise KernelOracleError("; ".join(errors))
 
     def __repr__(self) -> str:
-        return f"KernelOracle(netns={self.netns!r}, ifaces={self.ifaces!r})"
+        taps = f", taps={self.taps!r}" if self.taps else ""
+        return f"KernelOracle(netns={self.netns!r}, ifaces={self.ifaces!r}{taps})"
 
     # -- configuration ------------------------------------------------------
 
@@ -639,7 +689,13 @@ class KernelOracle:
         stdin = b""
         if obj == "netns" or (obj and "netns".startswith(obj) and len(obj) >= 3):
             raise KernelConfigError(lineno, line, "'ip netns' is not allowed: the oracle owns the namespace")
-        if self._is_own_tun_add(obj, rest):
+        own = self._own_tun_add(obj, rest)
+        if own is not None:
+            names, mode = own
+            taps = [n for n in names if n in self.taps]
+            if taps and mode != "tap":
+                raise KernelConfigError(lineno, line, f"{taps[0]} is a TAP device in this oracle "
+                                        f"(taps={self.taps}): the line must say mode/type tap")
             self.skipped.append(line)
             return
         if obj in ("sr", "seg6") and len(rest) >= 4 and rest[0] == "hmac" and rest[1] == "set":
@@ -654,21 +710,32 @@ class KernelOracle:
                                     r.stderr.decode(errors="replace"))
 
     def _is_own_tun_add(self, obj: str, rest: list[str]) -> bool:
-        # ip link add [name] NAME type tun   /   ip tuntap add [dev] NAME mode tun
+        own = self._own_tun_add(obj, rest)
+        return own is not None
+
+    def _own_tun_add(self, obj: str, rest: list[str]) -> "tuple[list[str], str | None] | None":
+        """For ``ip link add [name] NAME type tun|tap`` / ``ip tuntap add
+        [dev] NAME mode tun|tap`` naming one of the oracle's devices: (its
+        names among the devices, the mode given: tun, tap or None).  None
+        for any other line."""
         if obj in ("link", "l", "li", "lin") and rest[:1] == ["add"]:
             words = rest[1:]
-            if "type" in words and words[words.index("type") + 1:][:1] in (["tun"], ["tap"]):
+            mode = words[words.index("type") + 1:][:1] if "type" in words else []
+            if mode in (["tun"], ["tap"]):
                 names = [w for j, w in enumerate(words)
                          if (j == 0 and w not in ("name", "dev", "link")) or
                          (j > 0 and words[j - 1] in ("name", "dev"))]
-                return any(n in self.ifaces for n in names)
-            return False
+                own = [n for n in names if n in self.ifaces]
+                return (own, mode[0]) if own else None
+            return None
         if obj in ("tuntap", "tap") and rest[:1] == ["add"]:
             words = rest[1:]
             names = [w for j, w in enumerate(words)
                      if (j == 0 and w not in ("dev", "name", "mode")) or (j > 0 and words[j - 1] in ("dev", "name"))]
-            return any(n in self.ifaces for n in names)
-        return False
+            own = [n for n in names if n in self.ifaces]
+            mode = words[words.index("mode") + 1:][:1] if "mode" in words else []
+            return (own, mode[0] if mode else None) if own else None
+        return None
 
     def _configure_sysctl(self, lineno: int, line: str, args: list[str]) -> None:
         assignments = []
@@ -701,6 +768,7 @@ class KernelOracle:
         ``out``; return how many were appended."""
         n = 0
         name = self._names[fd]
+        noise = is_kernel_noise_frame if name in self.taps else is_kernel_noise
         while True:
             try:
                 data = os.read(fd, READ_SIZE)
@@ -710,7 +778,7 @@ class KernelOracle:
                 if e.errno == errno.EINTR:
                     continue
                 raise
-            if is_kernel_noise(data):
+            if noise(data):
                 self.filtered += 1
                 continue
             out.append((name, data))
@@ -721,9 +789,10 @@ class KernelOracle:
             self._read_ready(fd, self.stray)
 
     def send(self, iif: str, packet: bytes, wait: float = 0.05) -> list[tuple[str, bytes]]:
-        """Write one raw L3 packet into TUN ``iif``; return what the kernel
-        writes to the TUN devices, ``[(ifname, bytes)]`` in arrival order,
-        noise filtered (see the module docstring)."""
+        """Write one raw L3 packet into TUN ``iif`` (an Ethernet frame into
+        a TAP device); return what the kernel writes to the devices,
+        ``[(ifname, bytes)]`` in arrival order, noise filtered (see the
+        module docstring)."""
         self._check_open()
         if iif not in self._fds:
             raise KeyError(f"no TUN device {iif!r} in this oracle (have {self.ifaces})")

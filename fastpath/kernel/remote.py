@@ -8,7 +8,7 @@ Here only the kernel's part crosses: a ``RemoteKernel`` boots one VM
 (``fastpath.kernel.vm.Guest``) whose one process is ``agent.py``; each
 ``RemoteOracle`` is a ``KernelOracle`` in that guest, driven with the same
 methods (``configure``, ``send``, ``send_many``, ``collect``, ``sysctl``,
-``ip``, ``ip_run``) and attributes (``ifaces``, ``netns`` -- the guest's name --,
+``ip``, ``ip_run``) and attributes (``ifaces``, ``taps``, ``netns`` -- the guest's name --,
 ``skipped``, ``stray``, ``filtered``, ``last_write_error``).  Errors come
 back as the same exceptions (KernelConfigError with its line, command and
 ip's stderr).
@@ -84,8 +84,8 @@ class RemoteKernel:
         return (" (it printed: " + " | ".join(self._noise) + ")") if self._noise else ""
 
     def oracle(self, ifaces: Iterable[str] | None = None, settle: float = 0.0, *,
-               sysctls=None) -> "RemoteOracle":
-        return RemoteOracle(self, ifaces, sysctls=sysctls)
+               sysctls=None, taps: Iterable[str] = ()) -> "RemoteOracle":
+        return RemoteOracle(self, ifaces, sysctls=sysctls, taps=taps)
 
     def available(self, seg6: bool = True, vrf: bool = False) -> tuple[bool, str]:
         ok, reason = self.request("available", seg6=seg6, vrf=vrf)
@@ -112,9 +112,11 @@ class RemoteOracle:
     """A KernelOracle in a RemoteKernel's VM, used as the local one is (a
     context manager; see ``fastpath.kernel.oracle``)."""
 
-    def __init__(self, kernel: RemoteKernel, ifaces: Iterable[str] | None = None, *, sysctls=None):
+    def __init__(self, kernel: RemoteKernel, ifaces: Iterable[str] | None = None, *, sysctls=None,
+                 taps: Iterable[str] = ()):
         self.kernel = kernel
         self.ifaces = tuple(ifaces) if ifaces is not None else None
+        self.taps = (taps,) if isinstance(taps, str) else tuple(taps)
         self.sysctls = {k: str(v) for k, v in (sysctls or {}).items()} or None
         self.netns = None                    # the guest's name for its namespace, once open
         self._h = None
@@ -124,8 +126,14 @@ class RemoteOracle:
         self.last_write_error = None
 
     def __enter__(self) -> "RemoteOracle":
-        r = self.kernel.request("open", ifaces=self.ifaces, sysctls=self.sysctls)
+        kw = {"taps": list(self.taps)} if self.taps else {}
+        r = self.kernel.request("open", ifaces=self.ifaces, sysctls=self.sysctls, **kw)
         self._h, self.netns, self.ifaces = r["handle"], r["netns"], tuple(r["ifaces"])
+        if set(r.get("taps", ())) != set(self.taps):
+            self.close()
+            raise KernelOracleError(f"the VM's oracle agent made no TAP devices {self.taps} "
+                                    "(an agent older than TAP support?)")
+        self.taps = tuple(r.get("taps", ()))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -206,9 +214,9 @@ def shared() -> RemoteKernel:
 
 
 def KernelOracle(ifaces: Iterable[str] = ("tun0", "tun1", "tun2"), settle: float = 0.0, *,
-                 sysctls=None) -> RemoteOracle:
+                 sysctls=None, taps: Iterable[str] = ()) -> RemoteOracle:
     """``fastpath.kernel.oracle.KernelOracle``'s signature, in the shared VM."""
-    return shared().oracle(ifaces, settle, sysctls=sysctls)
+    return shared().oracle(ifaces, settle, sysctls=sysctls, taps=taps)
 
 
 def oracle_available(seg6: bool = True, vrf: bool = False) -> tuple[bool, str]:
