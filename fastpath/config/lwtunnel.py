@@ -68,6 +68,9 @@ SEG6LOCAL_ACTIONS: dict[str, ActionDesc] = {d.name: d for d in (
           _RFC8986 + ("next-csid",), ("psp", "next-csid")),
     _desc("End.X", 2, ("nh6",), ("oif", "count", "flavors"), "input_action_end_x",
           _RFC8986 + ("next-csid",), ("next-csid",)),
+    # the kernel's End.T row has no SEG6_F_LOCAL_FLAVORS: it takes any flavors
+    # and ignores them (runs plain End.T), and so does fastpath's datapath
+    # (seg6local_input); next-csid is refused here, as before
     _desc("End.T", 3, ("table",), ("count", "flavors"), "input_action_end_t", _RFC8986, ()),
     _desc("End.DX2", 4, ("oif",), ("count",), "input_action_end_dx2"),
     _desc("End.DX6", 5, ("nh6",), ("count",), "input_action_end_dx6"),
@@ -231,9 +234,10 @@ def _build_seg6local(at: dict, tok: str) -> Seg6Local:
     flavors, lbl, nfl = at.get("flavors", (frozenset(), None, None))
     bad = [f for f in _FLAVOR_ORDER if f in flavors and f not in d.flavors]
     if bad:
+        ignored = "; Linux takes flavors on it and ignores them" if not d.kernel_flavors else ""
         raise _err(f"flavor '{bad[0]}' is not supported by {name} (Unsupported Flavor "
-                   f"operation(s); {name} takes: {', '.join(f for f in _FLAVOR_ORDER if f in d.flavors)})",
-                   bad[0])
+                   f"operation(s); {name} takes: {', '.join(f for f in _FLAVOR_ORDER if f in d.flavors)}"
+                   f"{ignored})", bad[0])
     segs, hmac = at.get("srh", ((), None))
     return Seg6Local(action=name, nh6=at.get("nh6"), nh4=at.get("nh4"), table=at.get("table"),
                      vrftable=at.get("vrftable"), oif=at.get("oif"), srh_segs=segs,

@@ -189,7 +189,7 @@ cdef int end_core(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
 
 
 cdef int end_flavors(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
-    """End, End.X, End.T with flavors: NEXT-C-SID first (argument shift when
+    """End, End.X with flavors: NEXT-C-SID first (argument shift when
     the argument is non-zero), then the RFC 8986 flavors (end_flv8986_core):
     PSP pops the SRH at SL = 1; USP pops it at SL = 0 and USD decapsulates
     at SL = 0 (RFC 8986 4.16.2/4.16.3: not in the kernel)."""
@@ -375,6 +375,18 @@ cdef int end_dx2(ctx_t* c, pkt_t* p, const fp_s6l* s) noexcept nogil:
     if not (odev.flags & DEVF_UP):
         set_drop(p, R_INTERFACE_DOWN)
         return -1
+    if odev.l3mdev == odev.ifindex:
+        # a VRF device (ARPHRD_ETHER, so input_action_end_dx2() sends):
+        # vrf_xmit() -> is_ip_tx_frame() routes the skb as an IP packet,
+        # but its network header is the frame's first byte (reset by
+        # decap_and_validate()), so the Ethernet header is taken for the IP
+        # header; a non-IP EtherType, or that lookup failing in the VRF's
+        # table, drops it (vrf_tx_error(), NET_XMIT_DROP: a seg6local
+        # error).  Modelled as always dropped: a route in the VRF's table
+        # for the bytes at the frame's "destination address" would send a
+        # mangled packet, which fastpath does not imitate
+        set_drop(p, R_NOT_ETHERNET)
+        return -1
     if <uint32_t>(p.l3len - 14) > odev.mtu:
         set_drop(p, R_PKT_TOO_BIG)
         return -1
@@ -448,7 +460,11 @@ cdef int seg6local_input(ctx_t* c, pkt_t* p, const fp_dst* d) noexcept nogil:
         return -1
     s = &c.s6l[d.encap]
     tr(c, T_S6L, s.action, d.encap, NULL)
-    if s.flavors and (s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T):
+    # End.T's row of seg6_action_table has no SEG6_F_LOCAL_FLAVORS among
+    # its optattrs: parse_nla_optional_attrs() never reads the attribute,
+    # so the kernel takes "End.T ... flavors psp" and runs plain
+    # input_action_end_t(); only End and End.X have flavors
+    if s.flavors and (s.action == S6_END or s.action == S6_END_X):
         rc = end_flavors(c, p, s)
     elif s.action == S6_END or s.action == S6_END_X or s.action == S6_END_T:
         rc = end_core(c, p, s)
