@@ -33,10 +33,10 @@ from fastpath.kernel.oracle import is_kernel_noise_frame
 pytestmark = pytest.mark.kernel   # compares with the running kernel (tests/conftest.py)
 
 try:
-    from .kernel_compare import check, compare, format_problems
+    from .kernel_compare import check
     from . import kernel_oracle as ko
 except ImportError:  # pragma: no cover
-    from kernel_compare import check, compare, format_problems
+    from kernel_compare import check
     import kernel_oracle as ko
 
 IFACES = ("tun0", "tun1", "tap0", "tap1")
