@@ -10,7 +10,9 @@ software emulation that the kernel side never needs.
 Protocol: one request per line on standard input, one answer per line on
 standard output, both JSON; packets are hex.  An answer line starts with
 ``@fp `` so that anything else the guest may print on the same console is
-told apart and ignored.  Requests: ``{"op": ..., ...}``; answers: ``{"ok":
+told apart and ignored; an answer longer than PIECE characters comes as
+lines ``@fp+PIECE`` ... then ``@fp REST`` (one long line stalls the
+guest's console channel).  Requests: ``{"op": ..., ...}``; answers: ``{"ok":
 value}`` or ``{"error": {"type": ..., "message": ..., ...}}``.  ``open``
 takes ``ifaces``, ``sysctls`` and ``taps`` (KernelOracle's arguments of
 those names) and answers the handle, the namespace, ``ifaces`` and ``taps``.  The agent
@@ -26,6 +28,9 @@ import sys
 import traceback
 
 PREFIX = "@fp "
+MORE = "@fp+"          # a piece of an answer whose end follows
+PIECE = 4096           # answer lines are cut to this: the guest's console channel
+                       # stalls on a line of ~64 kB (seen with virtme-ng 1.42)
 
 
 def _load_oracle():
@@ -129,7 +134,11 @@ def serve(inp=None, out=None) -> int:
                 answer = {"ok": agent.handle(json.loads(line))}
             except Exception as e:
                 answer = {"error": agent.error(e)}
-            out.write(PREFIX + json.dumps(answer) + "\n")
+            text = json.dumps(answer)
+            for i in range(0, len(text) - PIECE, PIECE):
+                out.write(MORE + text[i:i + PIECE] + "\n")
+            last = len(text) - (len(text) - 1) % PIECE - 1 if text else 0
+            out.write(PREFIX + text[last:] + "\n")
             out.flush()
     finally:
         agent.close()

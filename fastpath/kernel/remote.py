@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
 from typing import Iterable
 
 from . import oracle as _oracle
-from .agent import PREFIX
+from .agent import MORE, PREFIX
 from .oracle import KernelConfigError, KernelOracleError
 from .vm import Guest, VMError
 
@@ -50,6 +51,8 @@ class RemoteKernel:
         self.guest = Guest([sys.executable, AGENT], **vm_options)
         self._lock = threading.Lock()
         self._noise: list[str] = []
+        self._buf = b""
+        self._pieces: list[str] = []
         try:
             hello = self.request("hello")
         except BaseException:
@@ -59,26 +62,46 @@ class RemoteKernel:
 
     def request(self, op: str, **kw):
         """Send one request and wait for its answer, as long as the VM runs
-        (a boot under emulation takes tens of seconds, a big configure more)."""
-        line = (json.dumps(dict(kw, op=op)) + "\n").encode()
+        (a boot under emulation takes tens of seconds, a big configure more).
+        Writing and reading go together: the guest's console may echo what
+        it is given, and a request bigger than the pipes would otherwise
+        wait on an answer channel nobody drains (seen with 60 kB)."""
+        data = memoryview((json.dumps(dict(kw, op=op)) + "\n").encode())
         with self._lock:
-            try:
-                self.guest.stdin.write(line)
-                self.guest.stdin.flush()
-            except OSError as e:
-                raise KernelOracleError(f"the VM's oracle agent is gone: {e}{self._tail()}") from None
-            while True:
-                raw = self.guest.stdout.readline()
-                if not raw:
-                    raise KernelOracleError(f"the VM's oracle agent stopped{self._tail()}")
-                text = raw.decode(errors="replace").rstrip("\r\n")
-                if text.startswith(PREFIX):
-                    break
-                self._noise = (self._noise + [text])[-5:]     # the guest's console, kept for errors
-        answer = json.loads(text[len(PREFIX):])
+            text = self._exchange(data)
+        answer = json.loads(text)
         if "error" in answer:
             raise _exception(answer["error"])
         return answer["ok"]
+
+    def _exchange(self, data: memoryview) -> str:
+        win, rout = self.guest.stdin.fileno(), self.guest.stdout.fileno()
+        while True:
+            # a whole line already read?
+            nl = self._buf.find(b"\n")
+            if nl >= 0 and not data:
+                line, self._buf = self._buf[:nl], self._buf[nl + 1:]
+                text = line.decode(errors="replace").rstrip("\r")
+                if text.startswith(MORE):
+                    self._pieces.append(text[len(MORE):])
+                    continue
+                if text.startswith(PREFIX):
+                    whole, self._pieces = "".join(self._pieces) + text[len(PREFIX):], []
+                    return whole
+                self._noise = (self._noise + [text[:200]])[-5:]   # the guest's console, for errors
+                continue
+            ready_r, ready_w, _ = select.select([rout], [win] if data else [], [])
+            if ready_w:
+                try:
+                    n = os.write(win, data[:65536])
+                except OSError as e:
+                    raise KernelOracleError(f"the VM's oracle agent is gone: {e}{self._tail()}") from None
+                data = data[n:]
+            if ready_r:
+                chunk = os.read(rout, 1 << 20)
+                if not chunk:
+                    raise KernelOracleError(f"the VM's oracle agent stopped{self._tail()}")
+                self._buf += chunk
 
     def _tail(self) -> str:
         return (" (it printed: " + " | ".join(self._noise) + ")") if self._noise else ""
