@@ -367,3 +367,37 @@ def test_conftest_fixture(kernel_oracle):
     out = kernel_oracle.send("tun0", udp6("2001:db8:1::1"))  # closed UDP port: port unreachable
     p = IPv6(only(out, "tun0"))
     assert (p[ICMPv6DestUnreach].type, p[ICMPv6DestUnreach].code) == (1, 4)
+
+
+def test_runs_of_ip_lines_are_batched_and_a_refusal_names_its_line(oracle, monkeypatch):
+    """Consecutive ip lines with the same global options go through one
+    'ip -batch -'; a refused line raises as it would alone (its line number,
+    ip's message), the lines before it are applied and those after it not."""
+    import fastpath.kernel.oracle as O
+    runs, real = [], O._run
+    monkeypatch.setattr(O, "_run", lambda cmd, **kw: runs.append(list(cmd)) or real(cmd, **kw))
+    oracle.configure("ip -6 addr add 2001:db8:7::1/64 dev tun0\n"
+                     "ip -6 route add 2001:db8:70::/48 via 2001:db8:7::2 dev tun0\n"
+                     "ip route add 10.70.0.0/16 dev tun0\n"
+                     "ip -6 route add 2001:db8:71::/48 via 2001:db8:7::2 dev tun0\n")
+    # the first two share '-6': one batch; a lone line runs as itself
+    assert [c[3:] for c in runs] == [["-6", "-batch", "-"],
+                                     ["route", "add", "10.70.0.0/16", "dev", "tun0"],
+                                     ["-6", "route", "add", "2001:db8:71::/48", "via", "2001:db8:7::2",
+                                      "dev", "tun0"]]
+    assert "2001:db8:70::/48" in oracle.ip("-6", "route", "show")
+    runs.clear()
+    text = ("ip route add 10.71.0.0/16 dev tun0\n"
+            "ip route add 10.72.0.0/16 dev tun0\n"
+            "ip route add 10.73.0.0/16 via 10.99.0.1\n"      # no route to the gateway
+            "ip route add 10.74.0.0/16 dev tun0\n")
+    with pytest.raises(ko.KernelConfigError) as ei:
+        oracle.configure(text)
+    assert [c[3:5] for c in runs] == [["-batch", "-"]]
+    e = ei.value
+    assert (e.lineno, e.line) == (3, "ip route add 10.73.0.0/16 via 10.99.0.1")
+    assert "Nexthop has invalid gateway" in e.stderr or "unreachable" in e.stderr.lower(), e.stderr
+    assert "Command failed" not in e.stderr
+    assert e.command[-5:] == ["route", "add", "10.73.0.0/16", "via", "10.99.0.1"]
+    got = oracle.ip("-4", "route", "show")
+    assert "10.71.0.0/16" in got and "10.72.0.0/16" in got and "10.74.0.0/16" not in got
