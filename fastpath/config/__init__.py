@@ -82,9 +82,10 @@ Semantics follow the kernel (``net/ipv6/route.c``, ``net/ipv4/fib_*.c``,
 * seg6local: attributes are checked against :data:`SEG6LOCAL_ACTIONS` (the
   kernel's ``seg6_action_table``).  An attribute the action does not take is an
   error here (the kernel silently ignores it).  Flavors psp/usp/usd are
-  accepted on End, End.X and End.T and next-csid on End and End.X (fastpath
-  implements RFC 8986 in full; the kernel takes psp and next-csid on End and
-  next-csid on End.X only — see ``ActionDesc.kernel_flavors``).  End.DT4 /
+  accepted on End and End.X and next-csid on End and End.X (fastpath
+  implements RFC 8986's; the kernel takes psp and next-csid on End and
+  next-csid on End.X only — see ``ActionDesc.kernel_flavors``); on End.T
+  psp/usp/usd are accepted and, as in Linux, ignored.  End.DT4 /
   End.DT46 / End.DT6 ``vrftable T`` look up table T while no VRF device
   exists (Linux refuses them then); with VRF devices they need
   ``net.vrf.strict_mode=1`` and a VRF bound to T, as the kernel.
