@@ -268,6 +268,10 @@ cdef bint icmp6_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
     return True
 
 
+cdef enum:
+    INADDR_DUMMY = 0xC0000008     # 192.0.0.8, include/uapi/linux/in.h
+
+
 cdef bint ipv4_select_addr_l3mdev(const ctx_t* c, uint32_t l3, uint8_t* out) noexcept nogil:
     """inet_select_addr(VRF, 0, RT_SCOPE_LINK): the VRF device's own first
     address, else the first of the devices enslaved to it, in device order
@@ -363,15 +367,16 @@ cdef bint icmp4_send(ctx_t* c, pkt_t* p, uint8_t type, uint8_t code, uint32_t in
         # rule missed, a later one matched): the source is the VRF's,
         # inet_select_addr(VRF, 0, RT_SCOPE_LINK), not the route's
         have_saddr = ipv4_select_addr_l3mdev(c, l3, saddr)
+        if not have_saddr:
+            wr32(saddr, INADDR_DUMMY)
+            have_saddr = True
     if not have_saddr:
         if d.prefsrc[0] or d.prefsrc[1] or d.prefsrc[2] or d.prefsrc[3]:
             memcpy(saddr, d.prefsrc, 4)
-            have_saddr = True
-        elif ipv4_get_saddr(c, dev.ifindex, rd32(nh.gw) if (nh != NULL and nh.flags & NHF_GATEWAY) else osrc, saddr):
-            have_saddr = True
-    if not have_saddr:
-        set_drop(p, reason)
-        return False
+        elif not ipv4_get_saddr(c, dev.ifindex, rd32(nh.gw) if (nh != NULL and nh.flags & NHF_GATEWAY) else osrc, saddr):
+            # __icmp_send: never from 0.0.0.0, from the dummy address
+            # (RFC 7600) instead (observed on 6.12 for a VRF without one)
+            wr32(saddr, INADDR_DUMMY)
     if icmp4_limited(c, type, code):
         # (with icmp_ratelimit 0 the bucket is looked at only where it is
         # seen: ip_error()'s limiter shares it)
