@@ -105,7 +105,8 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = (f"a kernel comparison skipped where the kernel is required "
                         f"(FASTPATH_KERNEL_REQUIRED=1): {reason}")
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        _kernel_outcomes[rep.outcome] = _kernel_outcomes.get(rep.outcome, 0) + 1
+        kind = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
+        _kernel_outcomes[kind] = _kernel_outcomes.get(kind, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
