@@ -481,8 +481,13 @@ def _namespaces(*roles):
         for name in names.values():
             _sh("ip", "netns", "add", name)
             made.append(name)
+            # quiet, as the oracle's namespaces: no DAD, no link-local address
+            # and so no router solicitation or ND for the other side to learn
+            # (a neighbour learned before an import is imported: flaky)
             for k in ("all", "default"):
-                _sh("sysctl", "-qw", f"net.ipv6.conf.{k}.accept_dad=0", ns=name)
+                for knob, v in (("accept_dad", 0), ("addr_gen_mode", 1),
+                                ("router_solicitations", 0), ("accept_ra", 0)):
+                    _sh("sysctl", "-qw", f"net.ipv6.conf.{k}.{knob}={v}", ns=name)
         yield names
     finally:
         for name in made:
