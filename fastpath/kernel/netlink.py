@@ -707,8 +707,9 @@ def rtnl_socket(nspath: Optional[str]):
 
 
 def _rtnl_request(sock, typ: int, flags: int, body: bytes) -> list:
-    """Send one rtnetlink request; -> the answers' raw messages (header
-    included) up to NLMSG_DONE or the ACK; OSError for an error answer."""
+    """Send one netlink request (rtnetlink or generic netlink); -> the
+    answers' raw messages (header included) up to NLMSG_DONE or the ACK;
+    OSError for an error answer."""
     seq = next(_seq)
     sock.send(struct.pack("=IHHII", 16 + len(body), typ, NLM_F_REQUEST | flags, seq, 0) + body)
     out = []
@@ -786,28 +787,8 @@ _seq = itertools.count(1)
 def _genl_request(sock, family: int, cmd: int, flags: int, attrs: bytes = b"") -> list:
     """Send one request (with NLM_F_ACK or NLM_F_DUMP) and read its answers
     up to the ACK or NLMSG_DONE; -> [{attr type: payload}]."""
-    seq = next(_seq)
     body = struct.pack("=BBH", cmd, 1, 0) + attrs
-    sock.send(struct.pack("=IHHII", 16 + len(body), family, NLM_F_REQUEST | flags, seq, 0) + body)
-    out = []
-    while True:
-        data = sock.recv(65536)
-        off = 0
-        while off + 16 <= len(data):
-            ln, typ, _fl, mseq, _pid = struct.unpack_from("=IHHII", data, off)
-            if ln < 16:
-                break
-            here, off = off, off + ((ln + 3) & ~3)
-            if mseq != seq:
-                continue
-            if typ == NLMSG_ERROR:
-                err = struct.unpack_from("=i", data, here + 16)[0]
-                if err:
-                    raise OSError(-err, os.strerror(-err))
-                return out
-            if typ == NLMSG_DONE:
-                return out
-            out.append(dict(_attrs(data, here + 20, here + ln)))
+    return [dict(_attrs(m, 20, len(m))) for m in _rtnl_request(sock, family, flags, body)]
 
 
 def _read_seg6_genl(nspath: Optional[str]):
