@@ -141,7 +141,7 @@ ip -6 route add local 2001:db8:24::1/128 dev tun0
 ip -6 route add default via 2001:db8:3::2 dev tun2
 ip -6 route add fc00::1/128 encap seg6local action End dev tun0
 ip -6 route add fc00::2/128 encap seg6local action End flavors psp dev tun0
-ip -6 route add fc00::3/128 encap seg6local action End.X nh6 2001:db8:2::2 oif tun1 count dev tun0
+ip -6 route add fc00::3/128 encap seg6local action End.X nh6 2001:db8:2::2 count dev tun0
 ip -6 route add fc00::4/128 encap seg6local action End.X nh6 2001:db8:2::2 flavors next-csid lblen 48 nflen 16 dev tun0
 ip -6 route add fc00::5/128 encap seg6local action End.T table 100 dev tun0
 ip -6 route add fc00::6/128 encap seg6local action End.DX6 nh6 2001:db8:2::2 dev tun0
@@ -188,6 +188,20 @@ def test_roundtrip_every_route_kind():
     assert "# note: route ff00::/8 table local metric 256 (proto kernel): the kernel has one per " \
         "interface (tun0, tun1, tun2), fastpath's configuration one (tun0's), its lookups " \
         "the others too (derived from the interfaces)" in text
+
+
+@pytest.mark.kernel_seg6
+def test_end_x_oif_as_the_kernel_keeps_it():
+    """End.X's oif: a kernel that knows it keeps it and the import reads it
+    back; Linux 6.12 accepts it and keeps nothing (seen in the VM: the
+    route shows no oif), and then the import says so by having none."""
+    line = "ip -6 route add fc00::3/128 encap seg6local action End.X nh6 2001:db8:2::2 oif tun1 dev tun0"
+    with ko.KernelOracle(ifaces=("tun0", "tun1")) as k:
+        k.configure("ip -6 addr add 2001:db8:2::1/64 dev tun1\n" + line)
+        kept = "oif tun1" in k.ip("-6", "route", "show", "fc00::3/128")
+        text = nl.import_text(k.netns)
+    mine = [ln for ln in text.splitlines() if ln.startswith("ip -6 route add fc00::3/128")]
+    assert len(mine) == 1 and (" oif tun1 " in mine[0]) == kept, (kept, mine)
 
 
 MORE_TYPES = """
