@@ -144,8 +144,10 @@ def test_a_command_in_the_vm(tmp_path):
 
 
 def _qemu_pids():
+    """QEMU processes still running (a zombie is gone: it only waits to be
+    reaped by whoever inherited it)."""
     out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True).stdout
-    return set(map(int, out.split()))
+    return {pid for pid in map(int, out.split()) if vm._alive(pid)}
 
 
 @needs_vm

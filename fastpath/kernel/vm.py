@@ -85,7 +85,7 @@ class VMError(RuntimeError):
 
 
 class VMStopped(VMError):
-    """SIGTERM (or SIGINT, outside ``run``'s KeyboardInterrupt) stopped the VM."""
+    """SIGINT or SIGTERM (``signum``) stopped the VM before the command's end."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -219,8 +219,8 @@ def _stop(proc: subprocess.Popen) -> None:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        if sig == signal.SIGKILL:
-            break
+        # (after SIGKILL too: death is not instant, and the caller is told
+        # the VM is gone only once it is)
         deadline = time.monotonic() + STOP_GRACE
         while time.monotonic() < deadline:
             proc.poll()
@@ -228,6 +228,8 @@ def _stop(proc: subprocess.Popen) -> None:
             if not tree:
                 break
             time.sleep(0.05)
+        if not tree:
+            break
     proc.wait()
 
 
