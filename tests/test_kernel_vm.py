@@ -143,17 +143,22 @@ def test_a_command_in_the_vm(tmp_path):
     assert (tmp_path / "env").read_text() == "from the host\n"
 
 
-def _qemu_pids():
-    """QEMU processes still running (a zombie is gone: it only waits to be
-    reaped by whoever inherited it)."""
-    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True).stdout
-    return {pid for pid in map(int, out.split()) if vm._alive(pid)}
+def _qemu_below(pid):
+    """The QEMU processes below ``pid`` (not another test's or user's VM)."""
+    out = set()
+    for c in vm._descendants(pid):
+        try:
+            with open(f"/proc/{c}/cmdline", "rb") as f:
+                if b"qemu-system" in f.read():
+                    out.add(c)
+        except OSError:
+            pass
+    return out
 
 
 @needs_vm
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_vm_and_all_it_started(tmp_path, sig):
-    before = _qemu_pids()
     p = subprocess.Popen([sys.executable, "-m", "fastpath.kernel", "vm", "--memory", "1G", "--",
                           "sh", "-c", "touch started; sleep 600"], cwd=tmp_path,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -162,7 +167,7 @@ def test_a_signal_stops_the_vm_and_all_it_started(tmp_path, sig):
         while not (tmp_path / "started").exists():
             assert p.poll() is None, p.stderr.read()
             time.sleep(0.2)
-        ours = _qemu_pids() - before
+        ours = _qemu_below(p.pid)
         assert ours, "no QEMU process while the command runs"
         p.send_signal(sig)
         assert p.wait() == 128 + sig
@@ -170,5 +175,6 @@ def test_a_signal_stops_the_vm_and_all_it_started(tmp_path, sig):
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert not (_qemu_pids() & ours)
+    # gone, or a zombie (dead, waiting to be reaped by whoever inherited it)
+    assert not [q for q in ours if vm._alive(q)]
     assert not (tmp_path / "status").exists()
