@@ -325,6 +325,19 @@ class Guest:
         atexit.unregister(self.close)
 
 
+def _copy(src, fd: int) -> None:
+    """Copy a pipe to a file descriptor until its end."""
+    try:
+        while True:
+            chunk = src.read1(1 << 16)
+            if not chunk:
+                return
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+    except OSError:
+        return
+
+
 class _Signalled(BaseException):
     def __init__(self, signum: int):
         self.signum = signum
@@ -334,8 +347,24 @@ def _boot(argv: list[str], stdout, stderr) -> int:
     """Run vng; on SIGINT/SIGTERM stop it and all below it, and raise
     VMStopped.  (The handler only raises: stopping, which waits, is done
     once Popen.wait has let go of its lock.)"""
+    # The guest's output is relayed through pipes: virtme-ng reopens the
+    # standard output it is given (seen: a log file it was handed was
+    # truncated mid-run, what came before it lost).
+    relay = []
+    if stdout is None:
+        stdout, out_fd = subprocess.PIPE, 1
+        relay.append("stdout")
+    if stderr is None:
+        stderr, err_fd = subprocess.PIPE, 2
+        relay.append("stderr")
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             start_new_session=True)
+    threads = []
+    for name in relay:
+        src, dst = (proc.stdout, out_fd) if name == "stdout" else (proc.stderr, err_fd)
+        t = threading.Thread(target=_copy, args=(src, dst), daemon=True)
+        t.start()
+        threads.append(t)
 
     def on_signal(signum, frame):
         for sig in old:             # a second signal must not interrupt the stop
@@ -347,7 +376,10 @@ def _boot(argv: list[str], stdout, stderr) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, on_signal)
     try:
-        return proc.wait()
+        status = proc.wait()
+        for t in threads:
+            t.join()
+        return status
     except _Signalled as e:
         _stop(proc)
         raise VMStopped(e.signum) from None
