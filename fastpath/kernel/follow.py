@@ -293,13 +293,7 @@ class KernelFollower:
         return self
 
     def _open_socket(self, path):
-        from .oracle import _in_netns
-        if path is not None:
-            with _in_netns(path):
-                s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                  NETLINK_ROUTE)
-        else:
-            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+        s = nl.route_socket(path)
         self._sock = s
         try:
             s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.rcvbuf)

@@ -687,16 +687,20 @@ NETLINK_ROUTE = 0
 RTM_GETLINK, RTM_GETNEIGH = 18, 30
 
 
+def route_socket(nspath: Optional[str]):
+    """An unbound NETLINK_ROUTE socket of the namespace at ``nspath`` (None:
+    this process's): a socket belongs to the namespace it was made in."""
+    from .oracle import _in_netns
+    if nspath is None:
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+    with _in_netns(nspath):
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+
+
 def rtnl_socket(nspath: Optional[str]):
     """A NETLINK_ROUTE socket of the namespace at ``nspath`` (None: this
     process's), bound, for ``dump_proxies`` / ``get_link``."""
-    from .oracle import _in_netns
-    if nspath is not None:
-        with _in_netns(nspath):
-            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                              NETLINK_ROUTE)
-    else:
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+    s = route_socket(nspath)
     try:
         s.bind((0, 0))
         s.settimeout(5)
