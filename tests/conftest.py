@@ -116,7 +116,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     where = f"Linux {platform.release()}"
     if _ko.IN_VM:
         from fastpath.kernel import remote
-        vm = remote._shared
+        vm = remote.running()
         where = (f"oracle in a VM, Linux {vm.release}; here Linux {platform.release()}"
                  if vm is not None else f"no VM was started; here Linux {platform.release()}")
     terminalreporter.write_line(f"kernel comparisons: {counts} ({where})")

@@ -219,11 +219,11 @@ def cmd_verify(args) -> int:
             from . import remote
             from .vm import VMError
             try:
-                remote._shared = remote.RemoteKernel(kernel=args.kernel, cpus=args.cpus,
-                                                     memory=args.memory, kvm=args.kvm)
+                vm = remote.shared(kernel=args.kernel, cpus=args.cpus, memory=args.memory,
+                                   kvm=args.kvm)
             except VMError as e:
                 raise VerifyError(e) from None
-            notes.append(f"the kernel: Linux {remote._shared.release} in a VM")
+            notes.append(f"the kernel: Linux {vm.release} in a VM")
         report = verify(config, packets, args.iif, wait=args.wait, notes=notes, vm=args.vm)
     except VerifyError as e:
         return _fail(e)

@@ -34,12 +34,11 @@ import sys
 import threading
 from typing import Iterable
 
-from . import oracle as _oracle
 from .agent import MORE, PREFIX
 from .oracle import KernelConfigError, KernelOracleError
 from .vm import Guest, VMError
 
-__all__ = ["RemoteKernel", "RemoteOracle", "KernelOracle", "oracle_available", "shared"]
+__all__ = ["RemoteKernel", "RemoteOracle", "KernelOracle", "oracle_available", "shared", "running"]
 
 AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 
@@ -220,20 +219,27 @@ _shared_error: str | None = None
 _shared_lock = threading.Lock()
 
 
-def shared() -> RemoteKernel:
+def shared(**vm_options) -> RemoteKernel:
     """The process's one RemoteKernel (booted at first use, ended at exit).
-    Raises VMError when no VM can be had here; that answer is kept."""
+    ``vm_options`` (``Guest``'s: kernel, cpus, memory, kvm) apply to the
+    boot, the first call's only.  Raises VMError when no VM can be had here;
+    that answer is kept."""
     global _shared, _shared_error
     with _shared_lock:
         if _shared_error is not None:
             raise VMError(_shared_error)
         if _shared is None:
             try:
-                _shared = RemoteKernel()
+                _shared = RemoteKernel(**vm_options)
             except VMError as e:
                 _shared_error = str(e)
                 raise
         return _shared
+
+
+def running() -> RemoteKernel | None:
+    """The shared RemoteKernel if one was started, else None."""
+    return _shared
 
 
 def KernelOracle(ifaces: Iterable[str] = ("tun0", "tun1", "tun2"), settle: float = 0.0, *,
@@ -251,8 +257,3 @@ def oracle_available(seg6: bool = True, vrf: bool = False) -> tuple[bool, str]:
     except KernelOracleError as e:
         return False, f"the VM's kernel oracle failed: {e}"
 
-
-# the names the tests take from the oracle module, for a drop-in import
-IP = _oracle.IP
-KernelConfigError = KernelConfigError
-KernelOracleError = KernelOracleError
