@@ -7,7 +7,9 @@ fastpath shares.
   errors, encapsulation) without copying, as a DPDK mbuf or a VPP buffer.
 * per-packet metadata arrays: ``start``, ``length`` (int32), ``l2len``
   (uint16: 0 for raw L3 batches, 14 or 18 for Ethernet), ``iif``/``oif``
-  (uint32 ifindex, 0 = none), ``nexthop`` (uint8[N, 16]: IPv6, or IPv4 in
+  (uint32 ifindex, 0 = none; a packet delivered locally has as ``oif`` the
+  device it is delivered on: the receiving one, or the VRF device an
+  End.DT4/DT6/DT46 decapsulated it into), ``nexthop (uint8[N, 16]: IPv6, or IPv4 in
   the first 4 bytes), ``verdict`` (uint8), ``reason`` (uint16),
   ``flow_hash`` (uint32), ``timestamp_ns`` (int64), ``dst`` (uint32: the
   route entry the packet used).

@@ -3,7 +3,7 @@
     python -m fastpath.run --config router.conf --iface veth0 --iface veth1 \
         [--netns NS] [--stats [SECONDS]] [--neigh] [--json] [--duration S] [--batch N]
         [--qdisc-bypass] [--ring-mb MB] [--backend af_packet|af_xdp] [--xdp-mode MODE]
-        [--workers N [--worker-tables shared|own]]
+        [--workers N [--worker-tables shared|own]] [--host-stack]
 
 The configuration's device names are the system's interfaces (their MAC,
 MTU and ifindex read from the system unless the configuration sets MAC or
@@ -13,7 +13,10 @@ routing the same packets; it is removed on exit (normal, error, Ctrl-C,
 SIGTERM).  ``--backend af_xdp``: AF_XDP sockets instead, libxdp's default
 XDP program attached (detached on the same exits) and no table.
 ``--workers N``: N worker processes over PACKET_FANOUT, or with af_xdp
-over the devices' RX queues (wire.workers).
+over the devices' RX queues (wire.workers).  ``--host-stack``: the
+namespace's own stack keeps working behind fastpath -- what fastpath
+delivers locally is handed to the kernel on the device it was delivered on,
+and the kernel keeps seeing ARP/ND (wire.host; af_packet only).
 SIGHUP re-reads the configuration and applies it (compiled in a thread
 while the running one goes on forwarding; a wrong one is refused with one
 line, the running one stays).  ``--stats SECONDS`` prints
@@ -67,6 +70,10 @@ def main(argv=None) -> int:
     ap.add_argument("--worker-tables", choices=("shared", "own"), default="shared",
                     help="with --workers: one copy of the tables in shared memory, updated in "
                          "place under RCU (default), or a Router compiled in each worker")
+    ap.add_argument("--host-stack", action="store_true",
+                    help="hand what fastpath delivers locally (ping, ssh, BGP to the router's "
+                         "addresses) to this namespace's kernel, and let it see ARP/ND: the "
+                         "router's own stack keeps working (af_packet)")
     ap.add_argument("--netns", default=None, metavar="NS",
                     help="attach inside network namespace NS (ip netns exec NS ...)")
     ap.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
@@ -111,10 +118,12 @@ def main(argv=None) -> int:
         live = Supervisor(text, args.iface, workers=args.workers, batch_size=args.batch,
                           qdisc_bypass=args.qdisc_bypass, backend=args.backend,
                           xdp_mode=args.xdp_mode,
-                          shared_tables=args.worker_tables == "shared", **ring)
+                          shared_tables=args.worker_tables == "shared",
+                          host_stack=args.host_stack, **ring)
     else:
         live = Live(text, args.iface, batch_size=args.batch, qdisc_bypass=args.qdisc_bypass,
-                    backend=args.backend, xdp_mode=args.xdp_mode, **ring)
+                    backend=args.backend, xdp_mode=args.xdp_mode, host_stack=args.host_stack,
+                    **ring)
     t0 = time.monotonic()
     rc = 0
     try:

@@ -45,7 +45,7 @@ from ..batch import Batch
 from ..config import ConfigError
 from ..reasons import VERDICT_IDS, VERDICTS
 from ..router import Router, parse_config
-from . import echo, nft
+from . import echo, host, nft
 from .neigh import Link, Neighbours
 
 V_FWD, V_LOCAL, V_DROP, V_ICMP = (VERDICT_IDS[v] for v in ("forward", "local", "drop", "icmp"))
@@ -216,7 +216,7 @@ class Live:
     def __init__(self, config, interfaces=None, *, batch_size=256, qdisc_bypass=False,
                  block_size=RX_BLOCK_SIZE, block_nr=RX_BLOCK_NR, neigh_params=None, mode="noref",
                  backend="af_packet", xdp_mode="auto", role="all", fanout=None, workers=None,
-                 shared=None, queues=None):
+                 shared=None, queues=None, host_stack=False, host_fds=None):
         """``role``: "all" (one process does everything), or for --workers
         (fastpath.wire.workers) "worker" (``fanout``: {device: PACKET_FANOUT
         group}: its sockets join them; ARP/ND frames are left to the
@@ -230,7 +230,10 @@ class Live:
         af_xdp worker): {device: [RX queue, ...]}, the queues whose AF_XDP
         sockets it owns (default: every queue); its ARP/ND frames go to the
         control process, whose own sockets are AF_PACKET ones (it sends
-        from them; XDP leaves them nothing to receive)."""
+        from them; XDP leaves them nothing to receive).  ``host_stack``:
+        hand what is delivered locally to the kernel and let it keep its
+        neighbours (wire.host); a worker gets the control process's TAP
+        descriptors, ``host_fds``."""
         if role not in ("all", "worker", "control"):
             raise ValueError(f"role {role!r}")
         self.role = role
@@ -255,6 +258,9 @@ class Live:
         self.neigh_params = neigh_params
         self.mode = mode
         self.shared = shared
+        self.host_stack = bool(host_stack)
+        self._host_fds = host_fds
+        self.host = None
         self.router = None
         self.sockets = []
         self.guard = None
@@ -281,6 +287,9 @@ class Live:
         return self
 
     def _open(self):
+        if self.host_stack and self.backend != "af_packet":
+            raise LiveError("--host-stack needs --backend af_packet (with af_xdp the XDP "
+                            "program takes ARP/ND away from the kernel)")
         self._io = io_module(self.sock_backend)
         if self.names is None:
             try:
@@ -360,10 +369,12 @@ class Live:
         self._sock_of = {s.iif: s for s in self.sockets}
         self._errors = [0] * len(self.sockets)
         self._suspect = set()
+        if self.host_stack:
+            self._open_host(sysinfo, st)
         if self.sock_backend == "af_packet" and self.role != "worker":
             try:
                 nft.sweep_stale()
-                self.guard = nft.Guard(self.names).install()
+                self.guard = nft.Guard(self.names, host_stack=self.host_stack).install()
             except nft.NftError as e:
                 raise LiveError(str(e)) from None
         static = {}
@@ -384,6 +395,22 @@ class Live:
                            np.zeros(n, np.int32), linktype="ethernet")
         self._locals(st)
         self.opened = True
+
+    def _open_host(self, sysinfo, st):
+        """The host stack (wire.host): the data sockets ignore what is
+        handed to the kernel; the TAPs and their programs (created here,
+        or a worker's inherited descriptors)."""
+        targets = host.targets_for(self.names, sysinfo, st)
+        try:
+            if self.role != "control":
+                for s in self.sockets:
+                    host.ignore_marked(s)
+            if self.role == "worker":
+                self.host = host.HostStack(targets, fds=self._host_fds)
+            else:
+                self.host = host.HostStack(targets).open()
+        except host.HostStackError as e:
+            raise LiveError(str(e)) from None
 
     def _open_xdp(self, sysinfo, st):
         """AF_XDP: one socket (and UMEM) per RX queue of each interface;
@@ -592,6 +619,8 @@ class Live:
             # it loaded; one it took over from a killed run stays: detach it
             self._io.detach_leftover(ifindex)
         self._leftover = []
+        if self.host is not None:
+            self.host.close()
         if self.guard is not None:
             self.guard.remove()
         if self._atexit:
@@ -714,17 +743,23 @@ class Live:
                 a[:m] = a[keep]
             d[:m] = d[keep]
             b = b[:m]
+        before = None
+        if self.host is not None:
+            before = (b.start.copy(), b.start + b.l2len)
         self.router.process(b)
-        self._transmit(b)
+        self._transmit(b, before)
 
-    def _transmit(self, b):
+    def _transmit(self, b, before=None):
         v = b.verdict
         cnt = np.bincount(v, minlength=len(VERDICTS))
         for k in range(1, len(VERDICTS)):
             if cnt[k]:
                 self.verdicts[VERDICTS[k]] += int(cnt[k])
         if cnt[V_LOCAL]:
-            self._echo(b)
+            if self.host is not None:
+                self.host.deliver(b, np.flatnonzero(v == V_LOCAL), *before)
+            else:
+                self._echo(b)
         if not (cnt[V_FWD] or cnt[V_ICMP]):
             return
         out = np.flatnonzero((v == V_FWD) | (v == V_ICMP)).astype(np.int32)
@@ -869,6 +904,8 @@ class Live:
     def counters(self) -> dict:
         nb = self.neigh
         wire = dict(self.wire)
+        if self.host is not None:
+            wire.update(self.host.counters())
         if nb is not None:
             wire["neigh_failed"] += nb.counters["neigh_failed"]
             wire["neigh_queuefull"] += nb.counters["neigh_queuefull"]

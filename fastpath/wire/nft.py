@@ -6,7 +6,9 @@ netdev ingress hook runs in ``__netif_receive_skb_core`` after the packet
 taps (``ptype_all``: fastpath's AF_PACKET sockets have the frame by then) and
 before the protocol handlers (``ip_rcv``, ``ipv6_rcv``, ``arp_rcv``), so the
 kernel neither forwards, delivers nor answers ARP/ND for those frames.
-Frames fastpath transmits do not pass the ingress hook.
+Frames fastpath transmits do not pass the ingress hook.  With the host
+stack on (wire.host), each chain first accepts the frames fastpath hands
+the kernel, ARP and neighbour discovery.
 
 The table is named ``fastpath_<pid>_<random>``, unique per run; ``remove``
 deletes it and is idempotent.  ``Guard`` removes it on every exit path it
@@ -44,6 +46,17 @@ def _nft(args, stdin=None, netns=None):
         msg = (p.stderr or p.stdout).strip().splitlines()
         raise NftError(f"nft {' '.join(args)}: {msg[0] if msg else 'failed'}")
     return p.stdout
+
+
+# --host-stack (wire.host): what the kernel still receives on those devices --
+# the frames fastpath hands it (marked by the TAP's program), and ARP and
+# neighbour discovery (its own neighbours, its answers for its addresses)
+def _host_stack_rules():
+    from .host import MARK
+    return [f"    meta mark {MARK:#x} accept",
+            "    ether type arp accept",
+            "    ether type ip6 ip6 nexthdr ipv6-icmp icmpv6 type { nd-router-solicit, "
+            "nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept"]
 
 
 def tables(netns=None) -> list:
@@ -86,8 +99,9 @@ class Guard:
     """The ingress-drop table over ``devices``; ``install()`` then
     ``remove()`` (or ``with Guard(devs):``)."""
 
-    def __init__(self, devices, netns=None):
+    def __init__(self, devices, netns=None, host_stack=False):
         self.devices = list(devices)
+        self.host_stack = host_stack
         self.netns = netns
         self.name = f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
         self.installed = False
@@ -96,8 +110,10 @@ class Guard:
         lines = [f"table netdev {self.name} {{"]
         for k, dev in enumerate(self.devices):
             lines += [f"  chain ingress_{k} {{",
-                      f"    type filter hook ingress device {_quote(dev)} priority 0; policy drop;",
-                      "  }"]
+                      f"    type filter hook ingress device {_quote(dev)} priority 0; policy drop;"]
+            if self.host_stack:
+                lines += _host_stack_rules()
+            lines.append("  }")
         lines.append("}")
         return "\n".join(lines) + "\n"
 

@@ -201,9 +201,10 @@ def worker_main(fd: int) -> int:
     shared = (cfg["attach"], cfg["slot"], cfg["state"]) if cfg.get("attach") else None
     xdp = {"backend": "af_xdp", "xdp_mode": cfg["xdp_mode"],
            "queues": cfg["queues"]} if cfg.get("backend") == "af_xdp" else {}
+    host_stack = {"host_stack": True, "host_fds": cfg["host_fds"]} if cfg.get("host_fds") else {}
     live = Live(cfg["config"], cfg["names"], batch_size=cfg["batch"],
                 qdisc_bypass=cfg["qdisc_bypass"], role="worker", fanout=cfg["groups"],
-                shared=shared, **ring, **xdp)
+                shared=shared, **ring, **xdp, **host_stack)
     try:
         try:
             live.open()
@@ -440,9 +441,11 @@ class Supervisor(Live):
 
     def _spawn(self, w):
         parent, child = socket.socketpair()
+        # (--host-stack: the TAPs' descriptors, which the workers write into)
+        taps = self.host.fds() if self.host is not None else {}
         p = subprocess.Popen([sys.executable, "-m", "fastpath.wire.workers", str(child.fileno())],
-                             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
-                             env=worker_env())
+                             pass_fds=(child.fileno(), *taps.values()),
+                             stdin=subprocess.DEVNULL, env=worker_env())
         child.close()
         conn = Connection(parent.detach())
         wk = _W(w, p, conn)
@@ -452,6 +455,8 @@ class Supervisor(Live):
                 "block_nr": self._worker_blocks, "cpu": self.cpus[w]}
         if self.backend == "af_xdp":
             init.update(backend="af_xdp", xdp_mode=self.xdp_mode, queues=self.queues[w])
+        if taps:
+            init.update(host_fds=taps)
         if self.dataplane is not None:
             init.update(attach=self.dataplane.attach_args(), slot=w,
                         state=_small_state(self.router.state))

@@ -184,7 +184,10 @@ cdef Py_ssize_t run_batch(ctx_t* c, uint64_t* reasons, bat_t* b) noexcept nogil:
         b.start[i] = p.start
         b.length[i] = p.length
         b.l2len[i] = p.l2len
-        b.oif[i] = p.oif
+        # a local packet's oif: the device it is delivered on (where the
+        # host stack hands it to the kernel): the receiving one, or the VRF
+        # device End.DT4/DT6/DT46 decapsulated it into
+        b.oif[i] = p.iif if p.verdict == V_LOCAL else p.oif
         memcpy(b.nexthop + 16 * i, p.nexthop, 16)
         b.verdict[i] = p.verdict
         b.reason[i] = p.reason
