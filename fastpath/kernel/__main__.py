@@ -24,6 +24,14 @@
         with CMD's status, 2 with one line naming the package to install
         when the kernel image, qemu or virtme-ng is missing
 
+    python -m fastpath.kernel lab [--routers REGEX] [--control] [--log-dir DIR]
+                                  -- SCRIPT [ARG ...]
+        a lab script (the kernel's selftests/net/srv6_*.sh) with fastpath in
+        place of its routers: right after the script's setup, each router
+        namespace is imported and taken over by fastpath.run --host-stack;
+        one summary line; exits with the script's status (1 when the
+        take-over failed).  --control: the ingress drop without fastpath
+
     python -m fastpath.kernel bench-follow [--routes N] [--samples S] [--json PATH]
         follow's lag (ip route add -> fastpath forwarding by it) and sustained
         rate (an N-route ip -batch followed), as JSON
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -231,6 +240,35 @@ def cmd_verify(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_lab(args) -> int:
+    from . import lab
+    if args.take_over:
+        try:
+            lab.take_over(args.take_over)
+        except lab.LabError as e:
+            print(f"fastpath lab: the take-over failed: {e}", file=sys.stderr)
+            return 1
+        return 0
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        return _fail("lab: give the script: lab -- SCRIPT [ARG ...]")
+    try:
+        res = lab.run(cmd[0], cmd[1:], routers=args.routers, control=args.control,
+                      log_dir=args.log_dir)
+    except lab.LabError as e:
+        return _fail(f"lab: {e}")
+    except re.error as e:
+        return _fail(f"lab: --routers: {e}")
+    print(lab.summary(cmd[0], res, args.control), flush=True)
+    if res["error"]:
+        print(f"fastpath lab: the take-over failed: {res['error']} (logs: {res['log_dir']})",
+              file=sys.stderr)
+        return 1
+    return res["rc"]
+
+
 def cmd_bench_follow(args) -> int:
     from .bench_follow import main as bench_main
     from .oracle import KernelOracleError, oracle_available
@@ -280,6 +318,16 @@ def main(argv=None) -> int:
                    help="also share DIR read-write (the working directory always is)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     p.set_defaults(func=cmd_vm)
+    p = sub.add_parser("lab", help="a lab script with fastpath in place of its routers")
+    p.add_argument("--routers", default=r"^rt[-_]", metavar="REGEX",
+                   help="the router namespaces to take over (default: ^rt[-_])")
+    p.add_argument("--control", action="store_true",
+                   help="the routers' ingress drop only, no fastpath (crossing checks must fail)")
+    p.add_argument("--log-dir", metavar="DIR",
+                   help="keep the imports, fastpath.run's output and the hook here")
+    p.add_argument("--take-over", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- SCRIPT ...")
+    p.set_defaults(func=cmd_lab)
     p = sub.add_parser("bench-follow", help="follow's lag and sustained rate (JSON)")
     p.add_argument("--routes", type=int, default=100_000, metavar="N",
                    help="routes of the ip -batch followed (default 100000)")
