@@ -31,6 +31,9 @@ forwarded, in turn, by
   ``--ring-mb M`` (RX rings of M MiB instead of 32);
 * ``fastpath-workersN-own``: ``--workers N --worker-tables own`` (a Router
   per worker instead of the shared tables);
+* ``fastpath-host`` (also ``fastpath-workersN-host``): ``--host-stack`` (the
+  router's own stack behind fastpath: what it costs forwarding, side by
+  side with ``fastpath``);
 * ``kernel``: r's kernel, configured as the same router (no fastpath, no
   ingress drop).
 
@@ -381,13 +384,13 @@ def start_forwarder(t, forwarder, batch, conf_path):
     ring = re.search(r"-ring(\d+)", forwarder)
     if ring:
         cmd += ["--ring-mb", ring[1]]
-    if w and forwarder.endswith("-own"):
+    if w and "-own" in forwarder:
         cmd += ["--worker-tables", "own"]
+    if forwarder.endswith("-host"):
+        cmd.append("--host-stack")
     fp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    end = time.monotonic() + 20
-    while not os.path.exists(ready):
-        if fp.poll() is not None or time.monotonic() > end:
-            fp.kill()
+    while not os.path.exists(ready):          # (as long as it lives: a loaded box is slow)
+        if fp.poll() is not None:
             raise RuntimeError("fastpath.run did not start: " + fp.communicate()[1])
         time.sleep(0.02)
     return fp
@@ -613,7 +616,8 @@ def _fwname(fw):
     for o in opts[1:] if opts[0] == "af_xdp" else opts:
         m = re.fullmatch(r"(workers|ring)(\d+)", o)
         words.append(f"workers {m[2]}" if m and m[1] == "workers" else
-                     f"ring {m[2]} MiB" if m else "own tables" if o == "own" else o)
+                     f"ring {m[2]} MiB" if m else "own tables" if o == "own" else
+                     "host stack" if o == "host" else o)
     return ", ".join(words)
 
 
@@ -670,8 +674,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per forwarder (median reported)")
     ap.add_argument("--scenario", default="all",
                     help="ipv4, ipv6, End, End.DX4, comma-separated, or all")
-    ap.add_argument("--forwarders", default="fastpath,fastpath-af_xdp,kernel",
-                    help="comma-separated: fastpath, fastpath-qdisc-bypass, fastpath-af_xdp, "
+    ap.add_argument("--forwarders", default="fastpath,fastpath-host,fastpath-af_xdp,kernel",
+                    help="comma-separated: fastpath, fastpath-host (--host-stack), "
+                         "fastpath-qdisc-bypass, fastpath-af_xdp, "
                          "fastpath-workers2 (AF_PACKET fanout over 2 workers), "
                          "fastpath-af_xdp-workers2 (AF_XDP, 2 workers over the RX queues), "
                          "kernel")

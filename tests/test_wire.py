@@ -190,11 +190,11 @@ def _start(topo, *args, env=None, conf=None, ifaces=("r1", "r2")):
     e = dict(os.environ, PYTHONPATH=str(ROOT))
     e.update(env or {})
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
-    end = time.monotonic() + 20
+    # until it owns the interfaces or has died: no time limit (under
+    # emulation, or on a loaded machine, a start takes as long as it takes)
     while not ready.exists():
-        if p.poll() is not None or time.monotonic() > end:
-            out, err = p.communicate(timeout=5) if p.poll() is not None else ("", "")
-            p.kill()
+        if p.poll() is not None:
+            out, err = p.communicate()
             pytest.fail(f"fastpath.run did not start: {err or out}")
         time.sleep(0.02)
     return p, ready.read_text().strip()

@@ -87,6 +87,7 @@ def take_over(state_dir: str) -> None:
     pat = re.compile(cfg["routers"])
     routers = [ns for ns in _netns_list() if pat.search(ns)]
     record = {"routers": routers, "pids": {}}
+    t0 = time.monotonic()
     try:
         if not routers:
             raise LabError(f"no namespace matches --routers {cfg['routers']!r} after setup "
@@ -135,6 +136,7 @@ def take_over(state_dir: str) -> None:
         record["error"] = str(e)
         raise
     finally:
+        record["seconds"] = round(time.monotonic() - t0, 1)
         with open(os.path.join(state_dir, "takeover.json"), "w") as f:
             json.dump(record, f)
 
@@ -197,7 +199,8 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, log_dir=None
         record = {"error": "the script never got past a 'setup' command (no take-over)"}
     counters = _stop_routers(state_dir)
     return {"rc": rc, "passed": passed, "failed": failed, "routers": record.get("routers", []),
-            "error": record.get("error"), "counters": counters, "log_dir": state_dir}
+            "error": record.get("error"), "counters": counters, "log_dir": state_dir,
+            "takeover_s": record.get("seconds")}
 
 
 def _stop_routers(state_dir) -> dict:
@@ -240,4 +243,6 @@ def summary(script, res, control=False) -> str:
             f"{res['failed']} failed, with {who} as {' '.join(res['routers']) or 'no router'}")
     if not control:
         line += f"; forwarded {fwd}, handed {host} to the routers' own stacks"
+    if res.get("takeover_s") is not None:
+        line += f" (take-over {res['takeover_s']} s)"
     return line
