@@ -9,7 +9,9 @@
   the judging kernel's version, fetched unchanged by
   ``labs/get-kernel-selftests.sh``): run once with the kernel as the routers
   and once with fastpath; every check gives the same result.  The End.DT4
-  lab's control run fails every check that crosses a router.  These need
+  lab's control run fails every check that crosses a router.  Each run is
+  isolated in namespaces of its own, so they run FASTPATH_LAB_JOBS (3) at a
+  time.  These need
   seg6 and VRF (markers ``kernel_seg6``/``kernel_vrf``: in CI they run in
   the VM) and the scripts (``FASTPATH_SELFTESTS``: the directory holding
   them, default /usr/local/share/fastpath/selftests/tools/testing/selftests/net).
@@ -93,39 +95,59 @@ def _script(name):
     return path
 
 
-def _as_the_kernel(path):
-    p = subprocess.run(["bash", path], capture_output=True, text=True,
-                       cwd=os.path.dirname(path))
-    return p.returncode, p.stdout + p.stderr
+# the labs run JOBS at a time (each in namespaces of its own): most of a
+# lab's time is its isolation checks waiting out their pings' 4 s timeout
+JOBS = int(os.environ.get("FASTPATH_LAB_JOBS", "3"))
+
+
+@pytest.fixture(scope="module")
+def srv6_labs():
+    """Every lab twice, with the kernel as the routers and with fastpath, and
+    the End.DT4 lab's control run: {(name, mode): lab.run's result, with
+    its output}."""
+    import concurrent.futures
+    import io
+
+    from fastpath.kernel import lab
+    paths = {name: _script(name) for name in LABS}
+    jobs = [(n, m) for n in LABS for m in ("kernel", "fastpath")]
+    jobs.append(("srv6_end_dt4_l3vpn_test.sh", "control"))
+
+    def one(job):
+        name, mode = job
+        out = io.StringIO()
+        res = lab.run(paths[name], control=mode == "control", kernel=mode == "kernel",
+                      stdout=out)
+        res["output"] = out.getvalue()
+        return res
+
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+        return dict(zip(jobs, pool.map(one, jobs)))
 
 
 @pytest.mark.kernel_netns
 @pytest.mark.kernel_seg6
 @pytest.mark.kernel_vrf
 @pytest.mark.parametrize("name", LABS, ids=[n[len("srv6_"):-len("_test.sh")] for n in LABS])
-def test_kernel_srv6_lab_with_fastpath_as_the_routers(name):
-    path = _script(name)
-    krc, kout = _as_the_kernel(path)
-    kernel = _checks(kout)
-    assert krc == 0 and kernel, f"the lab fails with the kernel as the routers:\n{kout}"
-    rc, out, err = _lab(path)
-    mine = _checks(out)
-    assert "Traceback" not in out + err, out + err
-    assert mine == kernel, "\n".join(
-        f"{what}: kernel {k}, fastpath {m}" for (what, k), (_, m) in zip(kernel, mine)
-        if k != m) or out + err
-    assert rc == 0, out + err
-    m = re.search(r"forwarded (\d+), handed (\d+)", out)
-    assert m and int(m.group(1)) > 0, out
+def test_kernel_srv6_lab_with_fastpath_as_the_routers(srv6_labs, name):
+    k, f = srv6_labs[(name, "kernel")], srv6_labs[(name, "fastpath")]
+    assert k["rc"] == 0 and k["checks"], \
+        f"the lab fails with the kernel as the routers:\n{k['output']}"
+    assert f["error"] is None, f["error"] + "\n" + f["output"]
+    assert "Traceback" not in f["output"], f["output"]
+    assert f["checks"] == k["checks"], "\n".join(
+        f"{what}: kernel {kr}, fastpath {fr}" for (what, kr), (_, fr) in
+        zip(k["checks"], f["checks"]) if kr != fr) or f["output"]
+    assert f["rc"] == 0, f["output"]
+    fwd = sum(c["counters"]["verdicts"].get("forward", 0) for c in f["counters"].values() if c)
+    assert fwd > 0 and len(f["routers"]) >= 2, f
 
 
 @pytest.mark.kernel_netns
 @pytest.mark.kernel_seg6
 @pytest.mark.kernel_vrf
-def test_kernel_srv6_lab_control_fails_its_crossing_checks():
-    path = _script("srv6_end_dt4_l3vpn_test.sh")
-    rc, out, err = _lab(path, "--control")
-    checks = _checks(out)
-    assert rc == 1 and checks, out + err
-    crossing = [c for c in checks if "isolation" not in c[0].lower()]
-    assert crossing and all(r == "FAIL" for _, r in crossing), out
+def test_kernel_srv6_lab_control_fails_its_crossing_checks(srv6_labs):
+    c = srv6_labs[("srv6_end_dt4_l3vpn_test.sh", "control")]
+    assert c["error"] is None and c["rc"] == 1 and c["checks"], c["output"]
+    crossing = [x for x in c["checks"] if "isolation" not in x[0].lower()]
+    assert crossing and all(r == "FAIL" for _, r in crossing), c["output"]

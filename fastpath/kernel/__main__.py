@@ -24,13 +24,14 @@
         with CMD's status, 2 with one line naming the package to install
         when the kernel image, qemu or virtme-ng is missing
 
-    python -m fastpath.kernel lab [--routers REGEX] [--control] [--log-dir DIR]
+    python -m fastpath.kernel lab [--routers REGEX] [--control|--kernel] [--log-dir DIR]
                                   -- SCRIPT [ARG ...]
         a lab script (the kernel's selftests/net/srv6_*.sh) with fastpath in
         place of its routers: right after the script's setup, each router
         namespace is imported and taken over by fastpath.run --host-stack;
         one summary line; exits with the script's status (1 when the
-        take-over failed).  --control: the ingress drop without fastpath
+        take-over failed).  --control: the ingress drop without fastpath;
+        --kernel: no take-over (the baseline)
 
     python -m fastpath.kernel bench-follow [--routes N] [--samples S] [--json PATH]
         follow's lag (ip route add -> fastpath forwarding by it) and sustained
@@ -249,6 +250,8 @@ def cmd_lab(args) -> int:
             print(f"fastpath lab: the take-over failed: {e}", file=sys.stderr)
             return 1
         return 0
+    if args.control and args.kernel:
+        return _fail("lab: --control and --kernel exclude each other")
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -256,12 +259,12 @@ def cmd_lab(args) -> int:
         return _fail("lab: give the script: lab -- SCRIPT [ARG ...]")
     try:
         res = lab.run(cmd[0], cmd[1:], routers=args.routers, control=args.control,
-                      log_dir=args.log_dir)
+                      kernel=args.kernel, log_dir=args.log_dir)
     except lab.LabError as e:
         return _fail(f"lab: {e}")
     except re.error as e:
         return _fail(f"lab: --routers: {e}")
-    print(lab.summary(cmd[0], res, args.control), flush=True)
+    print(lab.summary(cmd[0], res, args.control, args.kernel), flush=True)
     if res["error"]:
         print(f"fastpath lab: the take-over failed: {res['error']} (logs: {res['log_dir']})",
               file=sys.stderr)
@@ -323,6 +326,8 @@ def main(argv=None) -> int:
                    help="the router namespaces to take over (default: ^rt[-_])")
     p.add_argument("--control", action="store_true",
                    help="the routers' ingress drop only, no fastpath (crossing checks must fail)")
+    p.add_argument("--kernel", action="store_true",
+                   help="no take-over: the kernel as the routers (the baseline)")
     p.add_argument("--log-dir", metavar="DIR",
                    help="keep the imports, fastpath.run's output and the hook here")
     p.add_argument("--take-over", metavar="DIR", help=argparse.SUPPRESS)

@@ -25,7 +25,10 @@ stopped (SIGTERM) and one line sums up: the checks that passed and failed
 fastpath behind it: the checks that cross a router must fail, which shows
 that, in the real run, what crossed went through fastpath.
 
-The hook is bash's: ``BASH_ENV`` names a file that sets a ``DEBUG`` trap
+The lab runs in a network and mount namespace of its own (``unshare``),
+with a private ``/run/netns``: its namespaces, links and their names never
+meet the host's or those of another lab running beside it, and they go
+with it.  The hook is bash's: ``BASH_ENV`` names a file that sets a ``DEBUG`` trap
 in the script's shell (top-level commands only); it notes the command
 ``setup`` and acts at the next one.  Exit status: the script's, or 1 when
 the take-over failed (its reason on stderr), 2 for a person's error.
@@ -36,6 +39,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,12 +148,14 @@ def take_over(state_dir: str) -> None:
 _RESULT = re.compile(r"\[\s*(OK|FAIL)\s*\]")
 
 
-def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, log_dir=None,
-        stdout=None) -> dict:
+def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, kernel=False,
+        log_dir=None, stdout=None) -> dict:
     """Run lab ``script`` with fastpath (or the control drop) taking its
-    routers over; returns {"rc", "passed", "failed", "routers", "error",
-    "counters": {ns: fastpath.run's --json summary}}.  The script's output
-    goes to ``stdout`` (default: this process's) as it comes."""
+    routers over; returns {"rc", "passed", "failed", "checks", "routers",
+    "error", "counters": {ns: fastpath.run's --json summary}}.  The
+    script's output goes to ``stdout`` (default: this process's) as it
+    comes.  ``kernel``: no take-over, the kernel stays the routers (the
+    baseline, in the same isolation)."""
     script = os.path.abspath(script)
     if not os.path.isfile(script):
         raise LabError(f"{script}: no such file")
@@ -166,13 +172,20 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, log_dir=None
     hook = os.path.join(state_dir, "hook.bash")
     with open(hook, "w") as f:
         f.write(_HOOK % {"cmd": hook_cmd})
-    env = dict(os.environ, BASH_ENV=hook)
+    env = dict(os.environ) if kernel else dict(os.environ, BASH_ENV=hook)
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(here))] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p])
     passed = failed = 0
-    p = subprocess.Popen(["bash", script, *args], cwd=os.path.dirname(script), env=env,
+    checks = []
+    # the lab in a network and mount namespace of its own, with its own
+    # /run/netns: its namespaces, links and names never meet the host's (nor
+    # another lab's run beside it) and go with it
+    inner = 'mkdir -p /run/netns && mount -t tmpfs fastpath-lab /run/netns && exec "$@"'
+    cmd = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", inner,
+           "fastpath-lab", "bash", script, *args]
+    p = subprocess.Popen(cmd, cwd=os.path.dirname(script), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          errors="replace")
     try:
@@ -181,6 +194,7 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, log_dir=None
             out.flush()
             m = _RESULT.search(line)
             if m:
+                checks.append((line[:m.start()].strip(), m.group(1)))
                 if m.group(1) == "OK":
                     passed += 1
                 else:
@@ -196,9 +210,13 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, log_dir=None
         with open(os.path.join(state_dir, "takeover.json")) as f:
             record = json.load(f)
     except OSError:
-        record = {"error": "the script never got past a 'setup' command (no take-over)"}
+        if not kernel:
+            record = {"error": "the script never got past a 'setup' command (no take-over)"}
     counters = _stop_routers(state_dir)
-    return {"rc": rc, "passed": passed, "failed": failed, "routers": record.get("routers", []),
+    if own_dir and not record.get("error"):
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return {"rc": rc, "passed": passed, "failed": failed, "checks": checks,
+            "routers": record.get("routers", []),
             "error": record.get("error"), "counters": counters, "log_dir": state_dir,
             "takeover_s": record.get("seconds")}
 
@@ -234,7 +252,10 @@ def _stop_routers(state_dir) -> dict:
     return counters
 
 
-def summary(script, res, control=False) -> str:
+def summary(script, res, control=False, kernel=False) -> str:
+    if kernel:
+        return (f"fastpath lab: {os.path.basename(script)}: {res['passed']} passed, "
+                f"{res['failed']} failed, with the kernel as the routers")
     fwd = sum(c["counters"]["verdicts"].get("forward", 0) for c in res["counters"].values() if c)
     host = sum(c["counters"]["wire"].get("host_delivered", 0)
                for c in res["counters"].values() if c)
