@@ -171,15 +171,18 @@ def main(argv=None) -> int:
               " (FASTPATH_TRACEBACK=1 shows where)", file=sys.stderr)
         rc = 1
     finally:
-        # no signal may interrupt the cleanup
+        # no signal may interrupt the cleanup, nor the report after it (a
+        # second SIGTERM would cut its JSON short)
         for s in old:
             signal.signal(s, signal.SIG_IGN)
         live.close()
+    elapsed = time.monotonic() - t0
+    try:
+        if live.router is not None:
+            _report(live, args, elapsed, stopping["sig"])
+    finally:
         for s, h in old.items():
             signal.signal(s, h)
-    elapsed = time.monotonic() - t0
-    if live.router is not None:
-        _report(live, args, elapsed, stopping["sig"])
     return rc
 
 

@@ -257,3 +257,17 @@ def test_af_xdp_refused_one_line(topo):
     assert p.stderr.strip().splitlines() == [
         "fastpath.run: --host-stack needs --backend af_packet (with af_xdp the XDP program "
         "takes ARP/ND away from the kernel)"]
+
+
+@pytest.mark.parametrize("opt", [["-R"], ["-T", "tsandaddr"]], ids=["record-route", "timestamp"])
+def test_ipv4_options_reach_the_kernel_as_they_came(topo, opt):
+    """ping -R / -T to r: the datapath fills the options in as it receives
+    the packet; the kernel is handed them as they came (it fills them in
+    itself), so it answers, and its reply records r's address."""
+    p = _start(topo, "--host-stack")
+    try:
+        got = _sh("ping", *opt, "-c", "1", "-W", "5", "10.1.0.1", ns=H1, check=False)
+    finally:
+        _stop(p)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "10.1.0.1" in got.stdout.split("bytes from", 1)[1].split("statistics")[0], got.stdout

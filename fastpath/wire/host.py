@@ -57,6 +57,8 @@ import os
 import socket
 import struct
 
+import numpy as np
+
 # skb->mark of the frames fastpath hands to the kernel ("fa57" in a word
 # nothing else is likely to use)
 MARK = 0x7A570001
@@ -258,16 +260,34 @@ class HostStack:
         self.taps = {}
         self.opened = False
 
-    def deliver(self, b, rows, start_before, l3_before) -> None:
+    @staticmethod
+    def snapshot(b):
+        """What ``deliver`` needs of batch ``b`` from before processing:
+        each row's frame and network-header offsets, and the IPv4 headers
+        that carry options (the datapath fills in Record Route and
+        Timestamp options as it receives them; the kernel, handed the
+        packet, does that itself and must see them as they came)."""
+        start = b.start.copy()
+        l3 = start + b.l2len
+        d = b.data
+        rows = np.arange(len(b))
+        first = d[rows, np.minimum(l3, d.shape[1] - 1)]
+        opts = {}
+        for i in np.flatnonzero(((first >> 4) == 4) & ((first & 0x0F) > 5)):
+            o = int(l3[i])
+            opts[int(i)] = d[i, o:o + (int(first[i]) & 0x0F) * 4].tobytes()
+        return start, l3, opts
+
+    def deliver(self, b, rows, before) -> None:
         """Write packets ``rows`` of batch ``b`` (verdict local) into the
-        TAP of their delivery device (``b.oif``).  ``start_before``,
-        ``l3_before``: each row's frame and network-header offsets before
-        processing.  A packet the
+        TAP of their delivery device (``b.oif``).  ``before``: ``snapshot``
+        of the batch before processing.  A packet the
         datapath did not decapsulate goes as it came (its own Ethernet
         header: unicast, multicast or broadcast as it was); a decapsulated
         one gets a header to the delivery device's MAC (the kernel's
         decapsulation keeps PACKET_HOST)."""
         d = b.data
+        start_before, l3_before, opts = before
         for i in rows:
             i = int(i)
             oif = int(b.oif[i])
@@ -279,6 +299,9 @@ class HostStack:
             l3 = s + l2
             if l3 == int(l3_before[i]) and l2 >= 14:
                 frame = d[i, s:s + n].tobytes()
+                if i in opts:                   # (its options as they came)
+                    h = opts[i]
+                    frame = frame[:l2] + h + frame[l2 + len(h):]
             else:
                 old = int(start_before[i])
                 src = d[i, old + 6:old + 12].tobytes()

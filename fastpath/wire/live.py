@@ -745,7 +745,7 @@ class Live:
             b = b[:m]
         before = None
         if self.host is not None:
-            before = (b.start.copy(), b.start + b.l2len)
+            before = self.host.snapshot(b)
         self.router.process(b)
         self._transmit(b, before)
 
@@ -757,7 +757,7 @@ class Live:
                 self.verdicts[VERDICTS[k]] += int(cnt[k])
         if cnt[V_LOCAL]:
             if self.host is not None:
-                self.host.deliver(b, np.flatnonzero(v == V_LOCAL), *before)
+                self.host.deliver(b, np.flatnonzero(v == V_LOCAL), before)
             else:
                 self._echo(b)
         if not (cnt[V_FWD] or cnt[V_ICMP]):

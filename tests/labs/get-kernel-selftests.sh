@@ -14,7 +14,12 @@
 set -euo pipefail
 dest=${1:-/usr/local/share/fastpath}
 pkg=${FASTPATH_SELFTESTS_PACKAGE:-linux-source-6.12}
-version=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
+candidate() { apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}'; }
+version=$(candidate)
+if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+	apt-get update -qq >/dev/null 2>&1 || true
+	version=$(candidate)
+fi
 if [ -z "$version" ] || [ "$version" = "(none)" ]; then
 	echo "get-kernel-selftests: apt knows no $pkg (apt-get update?)" >&2
 	exit 2
