@@ -172,10 +172,11 @@ cdef int ip4_route_input(ctx_t* c, pkt_t* p, uint32_t daddr, int32_t slot, bint 
         p.verdict = V_LOCAL
         p.reason = R_NONE
         return 0
-    # (vrf_ip_rcv: a packet received on a VRF's device is the VRF's, and
-    # IN_DEV_FORWARD is the VRF device's)
-    v = l3mdev_of(c, p.iif)
-    idev = dev_get(c, v if v else p.iif)
+    # IN_DEV_FORWARD of the device ip_rcv_finish() routes with: the one the
+    # packet came in on, an enslaved device's own, not its VRF's (vrf_ip_rcv
+    # has already made skb->dev the VRF, but ip_rcv_finish kept the device;
+    # after End.DT4, p.iif is the VRF device, as the kernel's skb->dev)
+    idev = dev_get(c, p.iif)
     if d.type == RTN_UNICAST:
         if d.encap_type != ENCAP_NONE and d.encap_type != ENCAP_SEG6:
             set_drop(p, R_NOT_SUPPORTED)

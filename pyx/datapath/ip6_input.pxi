@@ -254,7 +254,10 @@ cdef int ipv6_srh_rcv(ctx_t* c, pkt_t* p, int32_t off) noexcept nogil:
     cdef uint8_t* ip6 = p.row + p.l3
     cdef uint8_t* hdr
     cdef uint32_t rt
-    cdef const fp_dev* idev = dev_get(c, p.iif)
+    # the device is skb->dev's: the VRF for a packet received on an enslaved
+    # device (vrf_ip6_rcv made it so before ipv6_rcv's upper layers)
+    cdef uint32_t v = l3mdev_of(c, p.iif)
+    cdef const fp_dev* idev = dev_get(c, v if v else p.iif)
     cdef int32_t hl
     if idev == NULL or not (idev.flags & DEVF_SEG6):
         set_drop(p, R_SEG6_DISABLED)

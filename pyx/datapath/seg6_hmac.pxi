@@ -71,7 +71,10 @@ cdef bint seg6_hmac_validate_at(const ctx_t* c, pkt_t* p, int32_t th) noexcept n
     differs from the one computed, fails."""
     cdef const uint8_t* ip6 = p.row + p.l3
     cdef const uint8_t* srh = ip6 + th
-    cdef const fp_dev* idev = dev_get(c, p.iif)
+    # __in6_dev_get(skb->dev): the VRF's for a packet received on an
+    # enslaved device (vrf_ip6_rcv), the device's own otherwise
+    cdef uint32_t v = l3mdev_of(c, p.iif)
+    cdef const fp_dev* idev = dev_get(c, v if v else p.iif)
     cdef int require = idev.seg6_require_hmac if idev != NULL else 0
     cdef int32_t toff = seg6_tlv_hmac(srh, p.l3len - th) if th < p.l3len else -1
     cdef const fp_hmac_key* key
