@@ -16,7 +16,6 @@
   the VM) and the scripts (``FASTPATH_SELFTESTS``: the directory holding
   them, default /usr/local/share/fastpath/selftests/tools/testing/selftests/net).
 """
-import glob
 import os
 import pathlib
 import re

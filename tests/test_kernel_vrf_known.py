@@ -22,8 +22,9 @@ from scapy.layers.inet6 import (ICMPv6EchoReply, ICMPv6EchoRequest, ICMPv6TimeEx
 
 from fastpath import Router  # noqa: E402
 from fastpath.config.errors import ConfigError  # noqa: E402
-from fastpath.kernel.compare import compare, format_problems, kernel_outputs  # noqa: E402
+from fastpath.kernel.compare import kernel_outputs  # noqa: E402
 from fastpath.kernel.oracle import KernelConfigError  # noqa: E402
+from test_kernel_vrf import _check, _pair  # noqa: E402
 
 pytestmark = [pytest.mark.kernel_vrf, pytest.mark.kernel_seg6]
 
@@ -47,17 +48,6 @@ sysctl -w net.vrf.strict_mode=1
 ip -6 route add 2001:db8:5::/48 vrf vrf-100 via fd00::2 dev tun0
 ip route add 198.51.100.0/24 vrf vrf-100 via 10.9.0.2 dev tun0
 """
-
-
-def _pair(oracle, text):
-    oracle.configure(text)
-    return oracle, Router().configure(text)
-
-
-def _check(pair, pkts, iif):
-    oracle, router = pair
-    problems = compare(oracle, router, iif, [bytes(p) for p in pkts])
-    assert not problems, format_problems(problems, limit=10)
 
 
 def _kernel(oracle, iif, pkts):

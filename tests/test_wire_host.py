@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from test_wire import _why_skip
+from test_wire import _sh, _why_skip
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOL = str(pathlib.Path(__file__).with_name("wire_tool.py"))
@@ -42,12 +42,6 @@ sysctl -w net.ipv6.conf.all.forwarding=1
 
 _SKIP = _why_skip()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
-
-
-def _sh(*cmd, check=True, ns=None, **kw):
-    if ns:
-        cmd = ("ip", "netns", "exec", ns) + cmd
-    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
 
 
 @pytest.fixture(scope="module")
