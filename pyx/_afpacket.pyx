@@ -481,6 +481,16 @@ cdef extern from *:
         *packets = st.tp_packets; *drops = st.tp_drops; *freeze = st.tp_freeze_q_cnt;
         return 0;
     }
+
+    /* SO_MARK on the sockets a ring transmits from: 0 or -errno */
+    static int fpap_set_mark(const fpap_ring *r, unsigned mark) {
+        if (r->fd >= 0 && setsockopt(r->fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) < 0)
+            return -errno;
+        if (r->txfd >= 0 && r->txfd != r->fd &&
+                setsockopt(r->txfd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) < 0)
+            return -errno;
+        return 0;
+    }
     """
     ctypedef struct fpap_ring:
         int fd
@@ -501,6 +511,7 @@ cdef extern from *:
     int fpap_poll(const int* fds, int n, int timeout_ms, int* ready) nogil
     int fpap_ready(const fpap_ring* r) nogil
     int fpap_stats(int fd, unsigned* packets, unsigned* drops, unsigned* freeze) nogil
+    int fpap_set_mark(const fpap_ring* r, unsigned mark) nogil
     ctypedef unsigned socklen_t
     int getsockopt(int fd, int level, int name, void* val, socklen_t* len) nogil
     int SOL_SOCKET, SO_ERROR
@@ -592,6 +603,14 @@ cdef class Socket:
 
     def fileno(self):
         return self.r.fd
+
+    def set_mark(self, unsigned mark):
+        """SO_MARK on the sockets this one transmits from (the RX socket and,
+        with PACKET_VNET_HDR, the separate TX one): the frames it sends carry
+        ``mark`` (fastpath.wire.host tells them from the kernel's own)."""
+        cdef int rc = fpap_set_mark(&self.r, mark)
+        if rc < 0:
+            raise OSError(-rc, f"SO_MARK on {self.name}: {os.strerror(-rc)}")
 
     @property
     def closed(self):

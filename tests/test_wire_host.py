@@ -146,6 +146,7 @@ def test_kernel_answers_for_its_addresses(topo, workers):
     c = doc["counters"]
     assert c["echo_replies"] == 0
     assert c["wire"]["host_delivered"] >= 12 and c["wire"]["host_error"] == 0
+    assert c["wire"]["host_sent"] >= 12          # the kernel's replies left through fastpath
     assert c["verdicts"]["forward"] >= 12
 
 
@@ -203,17 +204,22 @@ def test_tcp_with_the_router_itself(topo, server, client, addr):
         doc = _stop(p)
     assert got.stdout.strip() == "THROUGH FASTPATH", got.stderr
     assert doc["counters"]["wire"]["host_delivered"] >= 3
+    assert doc["counters"]["wire"]["host_sent"] >= 3
 
 
 def test_router_pings_out(topo):
-    """r's own pings to both hosts, both families: the requests leave from
-    r's kernel, the replies come back through fastpath."""
+    """r's own pings to both hosts, both families: the requests leave
+    through fastpath (the interfaces' egress programs take the kernel's
+    frames to the TAPs, fastpath sends them), the replies come back through
+    it."""
     p = _start(topo, "--host-stack")
     try:
         got = [_ping(R, a) for a in ("10.1.0.2", "10.2.0.2", "2001:db8:1::2", "2001:db8:2::2")]
     finally:
-        _stop(p)
+        doc = _stop(p)
     assert got == ["ok 3/3"] * 4
+    w = doc["counters"]["wire"]
+    assert w["host_sent"] >= 12 and w["host_delivered"] >= 12, w
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "SIGKILL-workers"])

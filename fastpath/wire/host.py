@@ -21,20 +21,23 @@ it delivers locally, and the kernel keeps its own neighbours:
   addresses; fastpath's neighbour subsystem reads the same frames (the
   taps run before the ingress hook) and answers too.  Both answer with the
   device's MAC, so a request may get two identical replies.
-- **What the kernel sends** leaves by its own routes and neighbours straight
-  out of the interface: fastpath's sockets ignore outgoing frames, and the
-  ingress drop does not see them.
+- **What the kernel sends** out of those interfaces leaves through
+  fastpath: a tcx egress program on each interface lets fastpath's own
+  frames go (its sockets mark them, ``SO_MARK``) and redirects every other
+  one -- the kernel's, routed and resolved by the kernel -- into the
+  interface's TAP; fastpath reads the TAPs in its loop (the control
+  process, with ``--workers``) and sends those frames out of the interface
+  (``host_sent``).
 
 Why not VPP linux-cp's mirrors (a TAP per interface holding the
 addresses, every host frame crossing the TAP both ways): the interfaces
 here are the kernel's own, already configured by the lab or the operator,
 and fastpath's configuration is imported from them.  Moving their
 addresses and routes to mirrors would rewrite the host's configuration and
-need undoing; redirecting into the interface itself changes nothing of it.
-The kernel's transmissions need no detour: they never pass the ingress
-drop, and its tables are the ones fastpath imported and follows.  What a
-TAP write costs is paid only by locally delivered packets; forwarded ones
-pay one cBPF instruction pair in the kernel (bench_wire prints the
+need undoing; redirecting into and out of the interface itself changes
+nothing of it.  What a TAP costs is paid only by the router's own
+packets; forwarded ones pay a cBPF instruction pair on receive and a mark
+comparison on transmit, in the kernel (bench_wire prints the
 difference).
 
 Nothing outlives the process: a TAP device that is not made persistent
@@ -69,7 +72,8 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _IFF_UP = 0x1
 _SO_ATTACH_FILTER = 26
 _BPF_PROG_TYPE_SCHED_CLS = 3
-_BPF_TCX_INGRESS = 46           # enum bpf_attach_type (Linux 6.6, uapi/linux/bpf.h)
+_BPF_TCX_INGRESS, _BPF_TCX_EGRESS = 46, 47     # enum bpf_attach_type (Linux 6.6)
+_TCX_NEXT = -1                  # a tcx program's "carry on" (uapi/linux/bpf.h)
 _BPF_F_INGRESS = 1
 _FN_REDIRECT = 23               # bpf_redirect(ifindex, flags)
 _SKB_MARK = 8                   # offsetof(struct __sk_buff, mark)
@@ -99,6 +103,25 @@ def redirect_insns(target_ifindex: int) -> bytes:
             + _insn(0xB7, 2, imm=_BPF_F_INGRESS)
             + _insn(0x85, imm=_FN_REDIRECT)            # BPF_JMP|BPF_CALL
             + _insn(0x95))                             # BPF_JMP|BPF_EXIT
+
+
+def egress_insns(tap_ifindex: int) -> bytes:
+    """The tcx egress program of an owned interface: a frame fastpath sends
+    (its sockets mark theirs) goes on; any other -- the kernel's own --
+    is redirected into the interface's TAP, for fastpath to send.
+
+        if ctx->mark == MARK: return TCX_NEXT
+        return bpf_redirect(tap_ifindex, 0)                  # TCX_REDIRECT
+    """
+    mark = MARK - (1 << 32) if MARK >= 1 << 31 else MARK
+    return (_insn(0x61, 2, 1, off=_SKB_MARK)           # BPF_LDX|BPF_MEM|BPF_W
+            + _insn(0x15, 2, off=4, imm=mark)          # BPF_JMP|BPF_JEQ|BPF_K: to +4
+            + _insn(0xB7, 1, imm=tap_ifindex)
+            + _insn(0xB7, 2, imm=0)
+            + _insn(0x85, imm=_FN_REDIRECT)
+            + _insn(0x95)
+            + _insn(0xB7, 0, imm=_TCX_NEXT)
+            + _insn(0x95))
 
 
 def ignore_marked_filter() -> bytes:
@@ -133,8 +156,7 @@ def _libbpf():
     return _lib
 
 
-def _load_program(target_ifindex: int) -> int:
-    code = redirect_insns(target_ifindex)
+def _load_program(code: bytes) -> int:
     buf = ctypes.create_string_buffer(code, len(code))
     fd = _libbpf().bpf_prog_load(_BPF_PROG_TYPE_SCHED_CLS, b"fastpath_host", b"GPL",
                                  buf, len(code) // 8, None)
@@ -146,8 +168,9 @@ def _load_program(target_ifindex: int) -> int:
     return fd
 
 
-def _attach_tcx(prog_fd: int, ifindex: int, name: str) -> int:
-    fd = _libbpf().bpf_link_create(prog_fd, ifindex, _BPF_TCX_INGRESS, None)
+def _attach_tcx(prog_fd: int, ifindex: int, name: str, egress=False) -> int:
+    fd = _libbpf().bpf_link_create(prog_fd, ifindex,
+                                   _BPF_TCX_EGRESS if egress else _BPF_TCX_INGRESS, None)
     if fd < 0:
         e = -fd
         if e in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
@@ -213,8 +236,9 @@ class HostStack:
     locally delivered packets.
 
     ``targets``: {ifindex in the configuration: (system name, system
-    ifindex, system MAC)} -- the attached interfaces and the VRF devices
-    that exist on the system.  ``open()`` (the process that owns the
+    ifindex, system MAC, attached)} -- the attached interfaces (attached
+    True: the kernel's own frames out of them come back through their TAP,
+    ``pump``) and the VRF devices that exist on the system.  ``open()`` (the process that owns the
     interfaces) creates the TAPs and attaches the programs; a worker of
     ``--workers`` gets the TAPs' descriptors instead (``fds()``, then
     ``HostStack(targets, fds=...)``): it only writes.
@@ -227,24 +251,54 @@ class HostStack:
         self.delivered = 0
         self.no_device = 0
         self.errors = 0
+        self.sent = 0                           # the kernel's frames sent by fastpath
         self.opened = fds is not None
 
     def open(self) -> "HostStack":
         try:
-            for cfg_ifindex, (name, sys_ifindex, _mac) in sorted(self.targets.items()):
+            for cfg_ifindex, (name, sys_ifindex, _mac, attached) in sorted(self.targets.items()):
                 tap = f"fph{sys_ifindex}"
                 tfd = _open_tap(tap)
                 self._owned.append(tfd)
-                pfd = _load_program(sys_ifindex)
+                tap_ifindex = socket.if_nametoindex(tap)
+                pfd = _load_program(redirect_insns(sys_ifindex))
                 self._owned.append(pfd)
-                lfd = _attach_tcx(pfd, socket.if_nametoindex(tap), tap)
-                self._owned.append(lfd)
+                self._owned.append(_attach_tcx(pfd, tap_ifindex, tap))
                 self.taps[cfg_ifindex] = tfd
+                if attached:
+                    pfd = _load_program(egress_insns(tap_ifindex))
+                    self._owned.append(pfd)
+                    self._owned.append(_attach_tcx(pfd, sys_ifindex, name, egress=True))
         except BaseException:
             self.close()
             raise
         self.opened = True
         return self
+
+    def readable(self) -> list:
+        """The TAPs the kernel's own frames come back through (to poll)."""
+        return [fd for k, fd in self.taps.items() if self.targets[k][3]]
+
+    def pump(self, send, limit=256) -> int:
+        """Send the kernel's own frames waiting in the attached interfaces'
+        TAPs, ``send(configuration ifindex, frame)``, at most ``limit`` of
+        each per call; returns how many."""
+        n = 0
+        for k, fd in self.taps.items():
+            if not self.targets[k][3]:
+                continue
+            for _ in range(limit):
+                try:
+                    frame = os.read(fd, 65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    self.errors += 1
+                    break
+                send(k, frame)
+                n += 1
+        self.sent += n
+        return n
 
     def fds(self) -> dict:
         """{configuration ifindex: TAP fd}: what a worker writes into."""
@@ -315,8 +369,8 @@ class HostStack:
                 self.errors += 1
 
     def counters(self) -> dict:
-        return {"host_delivered": self.delivered, "host_no_device": self.no_device,
-                "host_error": self.errors}
+        return {"host_delivered": self.delivered, "host_sent": self.sent,
+                "host_no_device": self.no_device, "host_error": self.errors}
 
 
 def targets_for(names, sysinfo, state) -> dict:
@@ -324,11 +378,11 @@ def targets_for(names, sysinfo, state) -> dict:
     (its system ifindex and MAC) and each VRF device the system has."""
     out = {}
     for n in names:
-        out[state.interfaces[n].ifindex] = (n, sysinfo[n]["ifindex"], sysinfo[n]["mac"])
+        out[state.interfaces[n].ifindex] = (n, sysinfo[n]["ifindex"], sysinfo[n]["mac"], True)
     for n, itf in state.interfaces.items():
         if itf.kind == "vrf":
             dev = system_device(n)
             if dev is not None:
-                out[itf.ifindex] = (n, dev[0], dev[1])
+                out[itf.ifindex] = (n, dev[0], dev[1], False)
     return out
 

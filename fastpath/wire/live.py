@@ -261,6 +261,7 @@ class Live:
         self.host_stack = bool(host_stack)
         self._host_fds = host_fds
         self.host = None
+        self._host_readable = []
         self.router = None
         self.sockets = []
         self.guard = None
@@ -402,6 +403,10 @@ class Live:
         or a worker's inherited descriptors)."""
         targets = host.targets_for(self.names, sysinfo, st)
         try:
+            for s in self.sockets:
+                # what it sends is marked: the interfaces' egress programs let
+                # it go and take every other frame (the kernel's) to the TAPs
+                s.set_mark(host.MARK)
             if self.role != "control":
                 for s in self.sockets:
                     host.ignore_marked(s)
@@ -409,8 +414,12 @@ class Live:
                 self.host = host.HostStack(targets, fds=self._host_fds)
             else:
                 self.host = host.HostStack(targets).open()
+                # (this process sends the kernel's own frames: a worker does not)
+                self._host_readable = self.host.readable()
         except host.HostStackError as e:
             raise LiveError(str(e)) from None
+        except OSError as e:
+            raise LiveError(f"--host-stack: {e.strerror or e}") from None
 
     def _open_xdp(self, sysinfo, st):
         """AF_XDP: one socket (and UMEM) per RX queue of each interface;
@@ -621,6 +630,7 @@ class Live:
         self._leftover = []
         if self.host is not None:
             self.host.close()
+        self._host_readable = []
         if self.guard is not None:
             self.guard.remove()
         if self._atexit:
@@ -663,8 +673,9 @@ class Live:
             shared = self.shared is not None
             if shared:
                 self.router.offline()
-            if self.extra_fds:
-                self._io.poll(self.sockets, wait, self.extra_fds)
+            extra = self.extra_fds + self._host_readable
+            if extra:
+                self._io.poll(self.sockets, wait, extra)
             else:
                 self._io.poll(self.sockets, wait)
             if shared:
@@ -690,6 +701,8 @@ class Live:
             n += s.rx(b, n)
         if n:
             self._batch(b[:n] if n < len(b) else b)
+        if self._host_readable:
+            self.host.pump(self._send_one)
         if nb.next_timer() is not None:
             nb.tick()
         self._push_neighbours()

@@ -553,13 +553,15 @@ class Supervisor(Live):
         if t is not None:
             wait = max(0, min(poll_ms, int((t - time.monotonic()) * 1000) + 1))
         conns = {wk.conn.fileno(): wk for wk in self._live_workers()}
-        self._io.poll(self.sockets, wait, list(conns))
+        self._io.poll(self.sockets, wait, list(conns) + self._host_readable)
         b = self.batch
         n = 0
         for s in self.sockets:
             n += s.rx(b, n)
         if n:
             self._batch(b[:n] if n < len(b) else b)
+        if self._host_readable:
+            self.host.pump(self._send_one)
         for wk in list(conns.values()):
             self._drain(wk)
         if nb.next_timer() is not None:
