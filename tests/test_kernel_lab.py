@@ -10,8 +10,8 @@
   ``labs/get-kernel-selftests.sh``): run once with the kernel as the routers
   and once with fastpath; every check gives the same result.  The End.DT4
   lab's control run fails every check that crosses a router.  Each run is
-  isolated in namespaces of its own, so they run FASTPATH_LAB_JOBS (3) at a
-  time.  These need
+  isolated in namespaces of its own, so they overlap: those with fastpath
+  FASTPATH_LAB_JOBS (3) at a time, those with the kernel alone beside them.  These need
   seg6 and VRF (markers ``kernel_seg6``/``kernel_vrf``: in CI they run in
   the VM) and the scripts (``FASTPATH_SELFTESTS``: the directory holding
   them, default /usr/local/share/fastpath/selftests/tools/testing/selftests/net).
@@ -94,9 +94,12 @@ def _script(name):
     return path
 
 
-# the labs run JOBS at a time (each in namespaces of its own): most of a
-# lab's time is its isolation checks waiting out their pings' 4 s timeout
+# the runs with fastpath go JOBS at a time, those with the kernel alone
+# (little CPU: most of a lab's time is its isolation checks waiting out
+# their pings' 4 s timeout) beside them, KERNEL_JOBS at a time; each in
+# namespaces of its own
 JOBS = int(os.environ.get("FASTPATH_LAB_JOBS", "3"))
+KERNEL_JOBS = 5
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +123,13 @@ def srv6_labs():
         res["output"] = out.getvalue()
         return res
 
-    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
-        return dict(zip(jobs, pool.map(one, jobs)))
+    kernel = [j for j in jobs if j[1] == "kernel"]
+    mine = [j for j in jobs if j[1] != "kernel"]
+    with concurrent.futures.ThreadPoolExecutor(KERNEL_JOBS) as kp, \
+            concurrent.futures.ThreadPoolExecutor(JOBS) as fp:
+        futures = {j: kp.submit(one, j) for j in kernel}
+        futures.update({j: fp.submit(one, j) for j in mine})
+        return {j: f.result() for j, f in futures.items()}
 
 
 @pytest.mark.kernel_netns
