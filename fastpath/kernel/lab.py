@@ -74,14 +74,6 @@ def _netns_list() -> list:
     return [line.split()[0] for line in out.splitlines() if line.split()]
 
 
-def _attached(conf: str) -> list:
-    """The devices fastpath.run attaches for a configuration (not lo, VRF or
-    dummy devices)."""
-    from ..router import parse_config
-    st = parse_config(conf)
-    return [n for n, i in st.interfaces.items() if i.kind not in ("loopback", "vrf", "dummy")]
-
-
 def take_over(state_dir: str) -> None:
     """The hook's work (in the script's shell, between setup and the
     checks): import each router, then fastpath.run in it, until every one
@@ -106,11 +98,15 @@ def take_over(state_dir: str) -> None:
             with open(os.path.join(state_dir, f"{ns}.conf"), "w") as f:
                 f.write(confs[ns])
         if cfg["control"]:
+            # the ingress drop fastpath.run would put on the devices it
+            # attaches to, left there (the lab's cleanup deletes the namespace)
+            from ..router import parse_config
             from ..wire import nft
+            from ..wire.live import default_interfaces
             for ns in routers:
-                g = nft.Guard(_attached(confs[ns]), netns=ns)
                 try:
-                    nft._nft(["-f", "-"], stdin=g.ruleset(), netns=ns)
+                    nft.Guard(default_interfaces(parse_config(confs[ns])),
+                              netns=ns).install(keep=True)
                 except nft.NftError as e:
                     raise LabError(f"{ns}: {e}") from None
             return
@@ -177,7 +173,6 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, kernel=False
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(here))] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p])
-    passed = failed = 0
     checks = []
     # the lab in a network and mount namespace of its own, with its own
     # /run/netns: its namespaces, links and names never meet the host's (nor
@@ -195,10 +190,6 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, kernel=False
             m = _RESULT.search(line)
             if m:
                 checks.append((line[:m.start()].strip(), m.group(1)))
-                if m.group(1) == "OK":
-                    passed += 1
-                else:
-                    failed += 1
         rc = p.wait()
     except BaseException:
         p.send_signal(signal.SIGTERM)
@@ -215,7 +206,8 @@ def run(script, args=(), *, routers=DEFAULT_ROUTERS, control=False, kernel=False
     counters = _stop_routers(state_dir)
     if own_dir and not record.get("error"):
         shutil.rmtree(state_dir, ignore_errors=True)
-    return {"rc": rc, "passed": passed, "failed": failed, "checks": checks,
+    passed = sum(1 for _, r in checks if r == "OK")
+    return {"rc": rc, "passed": passed, "failed": len(checks) - passed, "checks": checks,
             "routers": record.get("routers", []),
             "error": record.get("error"), "counters": counters, "log_dir": state_dir,
             "takeover_s": record.get("seconds")}

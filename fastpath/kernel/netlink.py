@@ -70,6 +70,7 @@ RTM_NEW*/RTM_DEL* notifications can reuse them.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import itertools
@@ -691,9 +692,7 @@ def route_socket(nspath: Optional[str]):
     """An unbound NETLINK_ROUTE socket of the namespace at ``nspath`` (None:
     this process's): a socket belongs to the namespace it was made in."""
     from .oracle import _in_netns
-    if nspath is None:
-        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
-    with _in_netns(nspath):
+    with _in_netns(nspath) if nspath is not None else contextlib.nullcontext():
         return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
 
 

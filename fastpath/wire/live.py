@@ -181,6 +181,15 @@ class Proxy:
             f"net.ipv{family}.neigh.{self._dev(ifindex)}.proxy_qlen")
 
 
+def default_interfaces(st) -> list:
+    """The devices of configuration state ``st`` that fastpath attaches to
+    when none is named: all but those without a wire -- lo, a VRF device (an
+    l3mdev of the configuration: its enslaved devices are attached, it is
+    not) and a dummy one (it only holds addresses: the kernel drops what
+    it is sent and it receives nothing)."""
+    return [n for n, i in st.interfaces.items() if i.kind not in ("loopback", "vrf", "dummy")]
+
+
 def _vrf_devices(config: str) -> set:
     """The names of the configuration's VRF devices (empty when it does not
     parse: its own error is the one to report)."""
@@ -297,12 +306,7 @@ class Live:
                 st = parse_config(self.config)          # (no tables: the names only)
             except ConfigError as e:
                 raise LiveError(f"configuration: {e}") from None
-            # devices without a wire: a VRF device is an l3mdev of the
-            # configuration (its enslaved devices are attached, it is not),
-            # a dummy one only holds addresses (the kernel's drops what it
-            # is sent and receives nothing)
-            self.names = [n for n, i in st.interfaces.items()
-                          if i.kind not in ("loopback", "vrf", "dummy")]
+            self.names = default_interfaces(st)
         if not self.names:
             raise LiveError("no interface to attach to (give --iface DEV)")
         if len(set(self.names)) != len(self.names):

@@ -117,8 +117,14 @@ class Guard:
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def install(self) -> "Guard":
+    def install(self, keep=False) -> "Guard":
+        """``keep``: the table outlives this process (not removed at its
+        exit, nor by ``remove``): for a namespace whose own end removes it
+        (python -m fastpath.kernel lab --control)."""
         text = self.ruleset()
+        if keep:
+            _nft(["-f", "-"], stdin=text, netns=self.netns)
+            return self
         # marked first: a signal that lands while nft runs still removes it
         self.installed = True
         atexit.register(self.remove)
